@@ -1,0 +1,37 @@
+"""tea_notebook: a Jupyter-native toolkit for self-evolving LLM agents on the TEA protocol.
+
+Nothing happens at import time: heavy dependencies (faiss, onnxruntime, litellm) load on first use.
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    "Workspace": "tea_notebook.workspace",
+    "current_workspace": "tea_notebook.workspace",
+    "tool": "tea_notebook.protocol.tools",
+    "Tool": "tea_notebook.protocol.tools",
+    "ToolContext": "tea_notebook.protocol.context",
+    "ToolRecord": "tea_notebook.protocol.records",
+    "ToolkitRecord": "tea_notebook.protocol.records",
+    "EnvironmentRecord": "tea_notebook.protocol.records",
+    "ActionSpec": "tea_notebook.protocol.records",
+    "AgentRecord": "tea_notebook.protocol.records",
+    "Relation": "tea_notebook.protocol.records",
+    "InvokeResult": "tea_notebook.protocol.registry",
+    "Context": "tea_notebook.protocol.context",
+}
+
+__all__ = ["__version__", *_EXPORTS]
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tea_notebook' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

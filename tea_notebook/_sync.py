@@ -1,0 +1,38 @@
+"""Run a coroutine to completion from synchronous code, even inside a running event loop (a Jupyter
+cell). The coroutine runs on one long-lived background loop thread; ``asyncio.run`` is never used.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any, Coroutine, TypeVar
+
+T = TypeVar("T")
+
+_loop: asyncio.AbstractEventLoop | None = None
+_lock = threading.Lock()
+
+
+def _background_loop() -> asyncio.AbstractEventLoop:
+    global _loop
+    with _lock:
+        if _loop is None or _loop.is_closed():
+            loop = asyncio.new_event_loop()
+            thread = threading.Thread(target=loop.run_forever, name="tea-sync-loop", daemon=True)
+            thread.start()
+            _loop = loop
+        return _loop
+
+
+def run_sync(coro: Coroutine[Any, Any, T]) -> T:
+    """Wait for ``coro`` on the background loop and return its result (or raise its exception)."""
+    loop = _background_loop()
+    try:
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    if running is loop:
+        coro.close()
+        raise RuntimeError("run_sync was called from the background loop itself; await instead")
+    return asyncio.run_coroutine_threadsafe(coro, loop).result()

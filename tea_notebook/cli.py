@@ -1,0 +1,147 @@
+"""The ``tea`` command line: inspect a workspace's registries and run the demo."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from tea_notebook.errors import TeaError
+
+
+def _workspace(args: argparse.Namespace):
+    from tea_notebook.workspace import Workspace
+
+    return Workspace(args.workspace)
+
+
+def _registry(ws: Any, kind: str):
+    return {"tools": ws.tools, "toolkits": ws.toolkits, "envs": ws.envs, "agents": ws.agents}[kind]
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    ws = _workspace(args)
+    reg = _registry(ws, args.kind)
+    if args.query:
+        hits = reg.search(args.query, k=args.k, mode=args.mode)
+        if args.json:
+            print(json.dumps([{"name": h.name, "score": h.score, "semantic": h.semantic, "keyword": h.keyword} for h in hits]))
+        for h in [] if args.json else hits:
+            print(f"{h.score:6.3f}  {h.name:32s} {h.record.description[:70]}")
+        return 0
+    records = reg.list()
+    if args.json:
+        print(json.dumps([r.model_dump(mode="json") for r in records], indent=2))
+        return 0
+    for r in records:
+        print(f"v{r.version:<3} {r.name:32s} {r.category:12s} {r.description[:60]}")
+    if not records:
+        print(f"(no {args.kind} in {ws.path})")
+    return 0
+
+
+def cmd_describe(args: argparse.Namespace) -> int:
+    print(_registry(_workspace(args), args.kind).describe(args.name))
+    return 0
+
+
+def cmd_versions(args: argparse.Namespace) -> int:
+    import datetime as dt
+
+    for v in _registry(_workspace(args), args.kind).versions(args.name):
+        when = dt.datetime.fromtimestamp(v.created_at).isoformat(timespec="seconds")
+        mark = "*" if v.current else " "
+        print(f"{mark} v{v.version:<3} {v.hash[:12]}  {when}  {v.note}")
+    return 0
+
+
+def cmd_rollback(args: argparse.Namespace) -> int:
+    rec = _registry(_workspace(args), args.kind).rollback(args.name, args.version)
+    print(f"{args.name}: version {rec.version} is current")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    manifest = _workspace(args).tools.export_manifest(args.path)
+    print(f"wrote {len(manifest['tools'])} tools to {args.path}")
+    return 0
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    report = _workspace(args).tools.import_manifest(args.path, trust_code=args.trust_code)
+    print(
+        f"added {len(report.added)}, updated {len(report.updated)}, unchanged {len(report.unchanged)}, "
+        f"skipped (older) {len(report.skipped_older)}"
+    )
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from tea_notebook.demo import run_demo
+
+    run_demo(args.workspace)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``tea``."""
+    parser = argparse.ArgumentParser(prog="tea", description="tea_notebook: TEA registries from the shell")
+    parser.add_argument("--workspace", "-w", default=".tea", help="workspace folder (default ./.tea)")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--workspace", "-w", default=argparse.SUPPRESS, help="workspace folder")
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add = sub.add_parser
+
+    def add_parser(name: str, **kw: Any) -> argparse.ArgumentParser:
+        return _add(name, parents=[common], **kw)
+
+    sub.add_parser = add_parser  # type: ignore[method-assign]
+
+    def kind_arg(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--kind", choices=["tools", "toolkits", "envs", "agents"], default="tools")
+
+    for name in ("tools", "envs", "agents", "toolkits"):
+        p = sub.add_parser(name, help=f"list {name}, or search them with a query")
+        p.add_argument("query", nargs="?")
+        p.add_argument("-k", type=int, default=5)
+        p.add_argument("--mode", choices=["hybrid", "semantic", "keyword"], default="hybrid")
+        p.add_argument("--json", action="store_true")
+        p.set_defaults(func=cmd_list, kind=name)
+    p = sub.add_parser("describe", help="describe one record")
+    p.add_argument("name")
+    kind_arg(p)
+    p.set_defaults(func=cmd_describe)
+    p = sub.add_parser("versions", help="list a record's versions")
+    p.add_argument("name")
+    kind_arg(p)
+    p.set_defaults(func=cmd_versions)
+    p = sub.add_parser("rollback", help="make an earlier version current")
+    p.add_argument("name")
+    p.add_argument("version", type=int)
+    kind_arg(p)
+    p.set_defaults(func=cmd_rollback)
+    p = sub.add_parser("export", help="write the tool manifest")
+    p.add_argument("path")
+    p.set_defaults(func=cmd_export)
+    p = sub.add_parser("import", help="merge a tool manifest")
+    p.add_argument("path")
+    p.add_argument("--trust-code", action="store_true", help="allow the manifest's code to run here")
+    p.set_defaults(func=cmd_import)
+    p = sub.add_parser("demo", help="a guided tour of the TEA registries")
+    p.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``tea`` console script."""
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except TeaError as exc:
+        print(f"tea: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,44 @@
+"""Errors raised by tea_notebook. Every message names what was wrong."""
+
+from __future__ import annotations
+
+
+class TeaError(Exception):
+    """Base class of every error tea_notebook raises on purpose."""
+
+
+class WorkspaceError(TeaError):
+    """A workspace folder or its database cannot be opened or is not ours."""
+
+
+class SchemaError(TeaError):
+    """A function cannot be turned into a tool schema (missing or unsupported hints, bad docstring)."""
+
+    def __init__(self, function: str, parameter: str | None, problem: str):
+        self.function = function
+        self.parameter = parameter
+        where = f"parameter {parameter!r} of {function}()" if parameter else f"{function}()"
+        super().__init__(f"{where}: {problem}")
+
+
+class NotFoundError(TeaError, KeyError):
+    """A record, version or binding that does not exist."""
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0]) if self.args else ""
+
+
+class RegistryError(TeaError):
+    """A registry operation that breaks a rule (bad record, bad relation, bad rollback)."""
+
+
+class EmbeddingError(TeaError):
+    """The embedder could not produce vectors; retrieval refuses to guess."""
+
+
+class ManifestError(TeaError):
+    """A tool manifest file that is corrupt, truncated or not a tea manifest."""
+
+
+class TransformationError(TeaError):
+    """A TEA transformation whose result breaks interface consistency or composition."""

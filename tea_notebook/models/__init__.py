@@ -1,0 +1,1 @@
+"""The infrastructure layer's model side: embedders now, LLM clients in the runtime issue."""

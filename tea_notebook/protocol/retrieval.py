@@ -1,0 +1,179 @@
+"""Hybrid retrieval: BM25 keyword scores fused with embedding cosine similarity.
+
+The keyword index lives in memory and is rebuilt from the database; the vector index is a faiss
+file in the workspace (see ``store.vectors``). Both follow the database's change log.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+import numpy as np
+
+_TOKEN = re.compile(r"[a-z0-9]+")
+_STOP = frozenset(
+    "a an and are as at be by for from has have how i in into is it its me my of on or that the "
+    "this to was what when where which who will with you your can do does please want need".split()
+)
+
+
+def tokenize(text: str) -> list[str]:
+    """Lower-case word tokens without stop words; snake_case and camelCase are split."""
+    text = re.sub(r"([a-z])([A-Z])", r"\1 \2", text).replace("_", " ").lower()
+    return [_stem(t) for t in _TOKEN.findall(text) if t not in _STOP]
+
+
+def _stem(token: str) -> str:
+    """A light plural/verb-ending fold so 'files' matches 'file' and 'reads' matches 'read'."""
+    if len(token) > 4 and token.endswith("ies"):
+        return token[:-3] + "y"
+    if len(token) > 3 and token.endswith("s") and not token.endswith("ss"):
+        return token[:-1]
+    return token
+
+
+class KeywordIndex:
+    """Okapi BM25 over integer document ids, updated one document at a time."""
+
+    def __init__(self, k1: float = 1.2, b: float = 0.75):
+        self.k1, self.b = k1, b
+        self._docs: dict[int, Counter[str]] = {}
+        self._postings: dict[str, dict[int, int]] = {}
+        self._arrays: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self._lengths = np.zeros(1024, np.float32)
+        self._total = 0
+
+    def __len__(self) -> int:
+        return len(self._docs)
+
+    def upsert(self, doc_id: int, text: str) -> None:
+        """Index (or re-index) a document."""
+        self.remove(doc_id)
+        tf = Counter(tokenize(text))
+        self._docs[doc_id] = tf
+        for term, n in tf.items():
+            self._postings.setdefault(term, {})[doc_id] = n
+            self._arrays.pop(term, None)
+        if doc_id >= len(self._lengths):
+            grown = np.zeros(max(doc_id + 1, 2 * len(self._lengths)), np.float32)
+            grown[: len(self._lengths)] = self._lengths
+            self._lengths = grown
+        length = sum(tf.values())
+        self._lengths[doc_id] = length
+        self._total += length
+
+    def remove(self, doc_id: int) -> None:
+        """Forget a document (absent ids are ignored)."""
+        tf = self._docs.pop(doc_id, None)
+        if tf is None:
+            return
+        for term in tf:
+            posting = self._postings.get(term)
+            if posting is not None:
+                posting.pop(doc_id, None)
+                if not posting:
+                    del self._postings[term]
+            self._arrays.pop(term, None)
+        self._total -= sum(tf.values())
+        self._lengths[doc_id] = 0
+
+    def _posting(self, term: str) -> tuple[np.ndarray, np.ndarray] | None:
+        cached = self._arrays.get(term)
+        if cached is None:
+            posting = self._postings.get(term)
+            if not posting:
+                return None
+            ids = np.fromiter(posting.keys(), np.int64, len(posting))
+            tfs = np.fromiter(posting.values(), np.float32, len(posting))
+            cached = self._arrays[term] = (ids, tfs)
+        return cached
+
+    def search(self, query: str, k: int, allowed: set[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k ``(ids, bm25 scores)`` for a query; only ids in ``allowed`` when given."""
+        n = len(self._docs)
+        if n == 0:
+            return np.empty(0, np.int64), np.empty(0, np.float32)
+        avg = self._total / n if self._total else 1.0
+        scores: dict[int, float] | None = None
+        acc_ids: list[np.ndarray] = []
+        acc_scores: list[np.ndarray] = []
+        for term in set(tokenize(query)):
+            posting = self._posting(term)
+            if posting is None:
+                continue
+            ids, tfs = posting
+            idf = math.log(1 + (n - len(ids) + 0.5) / (len(ids) + 0.5))
+            lens = self._lengths[ids]
+            part = idf * tfs * (self.k1 + 1) / (tfs + self.k1 * (1 - self.b + self.b * lens / avg))
+            acc_ids.append(ids)
+            acc_scores.append(part.astype(np.float32))
+        del scores
+        if not acc_ids:
+            return np.empty(0, np.int64), np.empty(0, np.float32)
+        all_ids = np.concatenate(acc_ids)
+        all_scores = np.concatenate(acc_scores)
+        uniq, inverse = np.unique(all_ids, return_inverse=True)
+        summed = np.zeros(len(uniq), np.float32)
+        np.add.at(summed, inverse, all_scores)
+        if allowed is not None:
+            keep = np.fromiter((i in allowed for i in uniq.tolist()), bool, len(uniq))
+            uniq, summed = uniq[keep], summed[keep]
+        if len(uniq) > k:
+            top = np.argpartition(-summed, k)[:k]
+            uniq, summed = uniq[top], summed[top]
+        order = np.argsort(-summed, kind="stable")
+        return uniq[order], summed[order]
+
+
+R = TypeVar("R")
+
+
+@dataclass
+class SearchHit(Generic[R]):
+    """One search result with the parts of its score."""
+
+    name: str
+    score: float
+    semantic: float
+    keyword: float
+    record: R | None = None
+    why: dict[str, Any] = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        return (
+            f"SearchHit({self.name!r}, score={self.score:.3f}, "
+            f"semantic={self.semantic:.3f}, keyword={self.keyword:.3f})"
+        )
+
+
+def fuse(
+    semantic: dict[int, float],
+    keyword: dict[int, float],
+    usage_prior: dict[int, float] | None = None,
+    keyword_weight: float = 0.3,
+) -> list[tuple[int, float, float, float]]:
+    """Combine cosine and BM25 into one score per id: ``(id, score, cosine, bm25 normalised)``.
+
+    BM25 is divided by the best BM25 among the candidates so both parts live in [0, 1]-ish ranges.
+    A candidate only one side found gets the other side's weakest value, not zero, so a strong
+    keyword match is not sunk by a missing vector neighbour.
+    """
+    ids = set(semantic) | set(keyword)
+    if not ids:
+        return []
+    top_kw = max(keyword.values(), default=0.0) or 1.0
+    floor_sem = min(semantic.values(), default=0.0)
+    out = []
+    for i in ids:
+        sem = semantic.get(i, floor_sem)
+        kw = keyword.get(i, 0.0) / top_kw
+        score = (1 - keyword_weight) * sem + keyword_weight * kw
+        if usage_prior:
+            score += usage_prior.get(i, 0.0)
+        out.append((i, float(score), float(sem), float(kw)))
+    out.sort(key=lambda t: -t[1])
+    return out

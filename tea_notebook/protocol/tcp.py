@@ -1,0 +1,293 @@
+"""TCP, the Tool Context Protocol: the tool registry and the toolkit registry."""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import importlib
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from tea_notebook.errors import NotFoundError, RegistryError
+from tea_notebook.protocol.context import Context, ToolContext
+from tea_notebook.protocol.records import ToolkitRecord, ToolRecord
+from tea_notebook.protocol.registry import InvokeResult, Registry, not_found_result
+from tea_notebook.protocol.tools import Tool, make_tool
+
+if TYPE_CHECKING:
+    from tea_notebook.protocol.manifest import ImportReport, ManifestWatcher
+
+
+def _type_label(schema: dict[str, Any]) -> str:
+    if "type" in schema:
+        return str(schema["type"])
+    if "enum" in schema:
+        return "one of " + ", ".join(map(repr, schema["enum"]))
+    if "anyOf" in schema:
+        return " | ".join(_type_label(s) for s in schema["anyOf"])
+    if "$ref" in schema:
+        return schema["$ref"].rsplit("/", 1)[-1]
+    return "any"
+
+
+class ToolkitRegistry(Registry[ToolkitRecord]):
+    """Named tool groups with shared state and rules (TCP's 𝒦)."""
+
+    def _describe_extra(self, record: ToolkitRecord) -> list[str]:
+        out = [f"tools: {', '.join(record.tools) or '(none)'}"]
+        if record.rules:
+            out.append(f"rules: {record.rules}")
+        return out
+
+
+class ToolRegistry(Registry[ToolRecord]):
+    """The tool registry: Python functions, agents as tools (A2T) and environment actions (E2T)."""
+
+    def _coerce(self, obj: Any) -> tuple[ToolRecord, Any]:
+        if isinstance(obj, Tool):
+            return obj.record, obj
+        if callable(obj) and not isinstance(obj, (ToolRecord, dict)):
+            built = make_tool(obj)
+            return built.record, built
+        return super()._coerce(obj)
+
+    def _runtime_key(self, record: ToolRecord) -> str:
+        return record.source_hash or record.name
+
+    def _check_relations(self, record: ToolRecord) -> None:
+        super()._check_relations(record)
+        if record.toolkit is not None and not record.toolkit.strip():
+            raise RegistryError(f"tool {record.name!r}: toolkit name is empty")
+
+    def _describe_extra(self, record: ToolRecord) -> list[str]:
+        props = record.parameters.get("properties", {})
+        required = set(record.parameters.get("required", []))
+        lines = ["parameters:"] if props else ["parameters: none"]
+        for pname, pschema in props.items():
+            flag = "" if pname in required else f" = {pschema.get('default')!r}"
+            desc = pschema.get("description", "")
+            lines.append(f"  {pname}: {_type_label(pschema)}{flag}  {desc}".rstrip())
+        if record.returns:
+            lines.append(f"returns: {_type_label(record.returns)} {record.returns.get('description', '')}".rstrip())
+        if record.toolkit:
+            lines.append(f"toolkit: {record.toolkit}")
+        if record.permissions:
+            lines.append(f"permissions: {', '.join(record.permissions)}")
+        if record.dependencies:
+            lines.append(f"dependencies: {', '.join(record.dependencies)}")
+        return lines
+
+    def tool(self, fn: Callable[..., Any] | None = None, **options: Any) -> Any:
+        """Decorator registering into this registry: ``@ws.tools.tool`` or ``@ws.tools.tool(category=...)``."""
+
+        def build(f: Callable[..., Any]) -> Tool:
+            built = make_tool(f, **options)
+            stored = self.register(built)
+            built.record = stored
+            return built
+
+        return build(fn) if fn is not None else build
+
+    def to_openai(self, names: list[str] | None = None) -> list[dict[str, Any]]:
+        """OpenAI function-calling definitions of the given (or all) tools."""
+        records = [self.get(n) for n in names] if names is not None else self.list(_usage=False)
+        return [r.to_openai() for r in records]
+
+    # -- toolkits and hierarchy ---------------------------------------------------------
+    def bind(self, name: str, context: Context) -> Context:
+        """Bind a tool, or every tool of a toolkit when ``name`` is a toolkit."""
+        toolkits = self.workspace.toolkits
+        if name not in self and name in toolkits:
+            kit = toolkits.get(name)
+            for member in self.members(name):
+                context.bind(self.kind, member)
+            context.bind(toolkits.kind, kit.name)
+            return context
+        return super().bind(name, context)
+
+    def unbind(self, name: str, context: Context) -> Context:
+        """Unbind a tool, or every tool of a toolkit."""
+        toolkits = self.workspace.toolkits
+        if name not in self and name in toolkits:
+            for member in self.members(name):
+                context.unbind(self.kind, member)
+            context.unbind(toolkits.kind, name)
+            return context
+        return super().unbind(name, context)
+
+    def members(self, toolkit: str) -> list[str]:
+        """Tools of a toolkit: those listed by the toolkit record and those naming it."""
+        listed = self.workspace.toolkits.get(toolkit).tools if toolkit in self.workspace.toolkits else []
+        naming = [r.name for r in self.list(toolkit=toolkit, _usage=False)]
+        return list(dict.fromkeys([*listed, *naming]))
+
+    def tree(self) -> dict[str, dict[str, list[str]]]:
+        """The hierarchy category → toolkit → tool (tools outside any toolkit under ``""``)."""
+        out: dict[str, dict[str, list[str]]] = {}
+        for rec in self.list(_usage=False):
+            out.setdefault(rec.category, {}).setdefault(rec.toolkit or "", []).append(rec.name)
+        return out
+
+    def route_hierarchical(
+        self, query: str, context: Context | None = None, *, k: int = 5, branches: int = 2
+    ) -> list[ToolRecord]:
+        """Walk category → toolkit → tool: keep the ``branches`` best categories, then the best
+        toolkits inside them, then rank tools there. Each level is scored by its best member."""
+        hits = self.search(query, k=max(50, 10 * k))
+        if not hits:
+            return []
+        best_cat: dict[str, float] = {}
+        for h in hits:
+            best_cat[h.record.category] = max(best_cat.get(h.record.category, -1e9), h.score)
+        cats = sorted(best_cat, key=best_cat.get, reverse=True)[:branches]
+        best_kit: dict[tuple[str, str], float] = {}
+        for h in hits:
+            if h.record.category in cats:
+                key = (h.record.category, h.record.toolkit or "")
+                best_kit[key] = max(best_kit.get(key, -1e9), h.score)
+        kits = set(sorted(best_kit, key=best_kit.get, reverse=True)[:branches])
+        keep = {h.name for h in hits if (h.record.category, h.record.toolkit or "") in kits}
+        routed = self.route(query, context, k=max(k * 4, 20))
+        return [r for r in routed if r.name in keep][:k]
+
+    def _admissible(self, cand: ToolRecord, chosen: list[ToolRecord], context: Context | None) -> bool:
+        """Adds preconditions: a tool whose precondition tools have not yet succeeded in the
+        context is not offered (E2T's typed action ordering)."""
+        if not super()._admissible(cand, chosen, context):
+            return False
+        if context is not None:
+            return all(context.has_succeeded(p) for p in cand.related("precondition"))
+        return True
+
+    # -- Invoke -------------------------------------------------------------------------
+    def _load_runtime(self, record: ToolRecord) -> Tool | None:
+        """The Python callable behind a record: in memory, importable, or (trusted) from its source."""
+        runtime = self._runtimes.get(self._runtime_key(record))
+        if runtime is not None:
+            return runtime
+        if record.origin != "python":
+            return None
+        module, _, qualname = record.entrypoint.partition(":")
+        if module and module != "__main__" and qualname and "<locals>" not in qualname:
+            try:
+                obj: Any = importlib.import_module(module)
+                for part in qualname.split("."):
+                    obj = getattr(obj, part)
+                fn = obj.fn if isinstance(obj, Tool) else obj
+                built = make_tool(fn, name=record.name, description=record.description)
+                if built.record.source_hash == record.source_hash:
+                    self._runtimes[self._runtime_key(record)] = built
+                    return built
+            except Exception:  # noqa: BLE001 - fall back to the stored source
+                pass
+        if record.source and record.trusted:
+            built = _tool_from_source(record)
+            self._runtimes[self._runtime_key(record)] = built
+            return built
+        return None
+
+    async def ainvoke(
+        self, name: str, args: dict[str, Any] | None = None, context: Context | None = None
+    ) -> InvokeResult:
+        """Run a tool with schema-checked arguments; errors come back as structured results."""
+        try:
+            record = self.get(name)
+        except NotFoundError as exc:
+            return not_found_result(name, str(exc))
+        if context is not None and context.bound(self.kind) and name not in context.bound(self.kind):
+            return InvokeResult(name, False, error={
+                "type": "NotBoundError",
+                "message": f"tool {name!r} is not bound to context {context.id!r}",
+            })  # fmt: skip
+        ctx = context or Context()
+        call = self._caller(record, ctx)
+        return await self._invoke(name, name, record.parameters, args, call, ctx, record.version)
+
+    def invoke(
+        self, name: str, args: dict[str, Any] | None = None, context: Context | None = None
+    ) -> InvokeResult:
+        """Synchronous :meth:`ainvoke` (safe inside a running event loop)."""
+        return self._sync_invoke(self.ainvoke(name, args, context))
+
+    def _caller(self, record: ToolRecord, context: Context) -> Callable[[dict[str, Any]], Any]:
+        kind, _, target = record.entrypoint.partition(":")
+        if record.origin == "agent":
+            agents = self.workspace.agents
+            return lambda args: agents.run_for_tool(target, args, context)
+        if record.origin == "environment":
+            env, _, action = target.partition(".")
+            envs = self.workspace.envs
+            return lambda args: envs.run_for_tool(env, action, args, context)
+        runtime = self._load_runtime(record)
+        if runtime is None or runtime.fn is None:
+            reason = (
+                "its code came from a manifest that was not trusted; re-import with trust_code=True"
+                if record.source and not record.trusted
+                else f"no runtime for origin {record.origin!r} is loaded in this process"
+            )
+
+            def missing(_args: dict[str, Any]) -> Any:
+                raise RuntimeError(f"tool {record.name!r} cannot run: {reason}")
+
+            return missing
+
+        def call(args: dict[str, Any]) -> Any:
+            kwargs = _convert(runtime, args)
+            if runtime.context_param:
+                scope = f"toolkit:{record.toolkit}" if record.toolkit else f"tool:{record.name}"
+                initial = {}
+                if record.toolkit and record.toolkit in self.workspace.toolkits:
+                    initial = self.workspace.toolkits.get(record.toolkit).state
+                kwargs[runtime.context_param] = ToolContext(
+                    self.workspace, context, record.name, context.state(scope, initial)
+                )
+            if record.is_async:
+                return runtime.fn(**kwargs)
+            return asyncio.to_thread(runtime.fn, **kwargs)
+
+        return call
+
+    # -- manifest -----------------------------------------------------------------------
+    def export_manifest(self, path: str | Path | None = None) -> dict[str, Any]:
+        """The registry as a TEA tool manifest (written to ``path`` when given)."""
+        from tea_notebook.protocol.manifest import export_manifest
+
+        return export_manifest(self, path)
+
+    def import_manifest(self, path: str | Path, *, trust_code: bool = False) -> "ImportReport":
+        """Merge a manifest: new tools are added, newer versions registered, older ones skipped."""
+        from tea_notebook.protocol.manifest import import_manifest
+
+        return import_manifest(self, path, trust_code=trust_code)
+
+    def watch_manifest(
+        self, path: str | Path, *, interval: float = 1.0, trust_code: bool = False
+    ) -> "ManifestWatcher":
+        """Hot-reload: re-import ``path`` whenever it changes, until ``.stop()``."""
+        from tea_notebook.protocol.manifest import ManifestWatcher
+
+        return ManifestWatcher(self, Path(path), interval=interval, trust_code=trust_code).start()
+
+
+def _convert(runtime: Tool, args: dict[str, Any]) -> dict[str, Any]:
+    """JSON arguments → Python values (nested models become model instances)."""
+    if runtime.args_model is None:
+        return dict(args)
+    parsed = runtime.args_model.model_validate(args)
+    return {name: getattr(parsed, name) for name in runtime.args_model.model_fields}
+
+
+def _tool_from_source(record: ToolRecord) -> Tool:
+    """Rebuild a trusted tool from its stored source, decorators removed, in a fresh namespace."""
+    tree = ast.parse(record.source)
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            node.decorator_list = []
+    namespace: dict[str, Any] = {"__name__": f"tea_tools.{record.name}"}
+    exec(compile(tree, f"<tool {record.name}>", "exec"), namespace)  # noqa: S102 - trusted, own source
+    qualname = record.entrypoint.partition(":")[2].split(".")[-1] or record.name
+    fn = namespace.get(qualname) or namespace.get(record.name)
+    if not callable(fn):
+        raise RegistryError(f"the stored source of tool {record.name!r} does not define {qualname!r}")
+    built = make_tool(fn, name=record.name, description=record.description, source=record.source)
+    return built

@@ -1,0 +1,162 @@
+"""``@tool``: a typed Python function (sync or async) becomes a TCP tool record plus its callable."""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import inspect
+import sys
+import textwrap
+from typing import Any, Callable, Iterable
+
+from pydantic import BaseModel
+
+from tea_notebook.errors import SchemaError
+from tea_notebook.protocol.records import Relation, ToolRecord
+from tea_notebook.protocol.schema import function_schema
+
+
+class Tool:
+    """A tool record with the function behind it. Calling the Tool calls the function."""
+
+    def __init__(
+        self,
+        record: ToolRecord,
+        fn: Callable[..., Any] | None = None,
+        args_model: type[BaseModel] | None = None,
+        context_param: str | None = None,
+    ):
+        self.record = record
+        self.fn = fn
+        self.args_model = args_model
+        self.context_param = context_param
+        if fn is not None:
+            self.__doc__ = fn.__doc__
+            self.__wrapped__ = fn
+
+    @property
+    def name(self) -> str:
+        """The tool's name."""
+        return self.record.name
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self.fn is None:
+            raise TypeError(f"tool {self.name!r} has no Python function in this process")
+        return self.fn(*args, **kwargs)
+
+    def to_openai(self) -> dict[str, Any]:
+        """The OpenAI function-calling form."""
+        return self.record.to_openai()
+
+    def __repr__(self) -> str:
+        return f"Tool({self.name!r}, v{self.record.version})"
+
+
+def function_source(fn: Callable[..., Any]) -> str:
+    """The function's source as written, or '' when Python cannot see it (built-ins, exec'd code)."""
+    try:
+        return textwrap.dedent(inspect.getsource(fn))
+    except (OSError, TypeError):
+        return ""
+
+
+def imported_modules(source: str) -> list[str]:
+    """Top-level third-party modules a piece of source imports (the standard library left out)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module.split(".")[0])
+    return sorted(m for m in found if m not in sys.stdlib_module_names and m != "tea_notebook")
+
+
+def make_tool(
+    fn: Callable[..., Any],
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    category: str = "general",
+    toolkit: str | None = None,
+    permissions: Iterable[str] = (),
+    dependencies: Iterable[str] | None = None,
+    relations: Iterable[Relation | tuple[str, str]] = (),
+    metadata: dict[str, Any] | None = None,
+    source: str | None = None,
+) -> Tool:
+    """Build a :class:`Tool` from a function (see :func:`tool` for the arguments)."""
+    if isinstance(fn, Tool):
+        return fn
+    if not callable(fn):
+        raise SchemaError(repr(fn), None, "is not callable")
+    spec = function_schema(fn, name=name, description=description)
+    code = function_source(fn) if source is None else source
+    module = getattr(fn, "__module__", "") or ""
+    qualname = getattr(fn, "__qualname__", spec.name)
+    record = ToolRecord(
+        name=spec.name,
+        description=spec.description,
+        parameters=spec.parameters,
+        returns=spec.returns,
+        source=code,
+        source_hash=hashlib.sha256(code.encode()).hexdigest() if code else "",
+        entrypoint=f"{module}:{qualname}" if module else "",
+        is_async=spec.is_async,
+        dependencies=sorted(set(dependencies)) if dependencies is not None else imported_modules(code),
+        permissions=sorted(set(permissions)),
+        category=category,
+        toolkit=toolkit,
+        relations=[r if isinstance(r, Relation) else Relation(type=r[0], target=r[1]) for r in relations],
+        metadata=dict(metadata or {}),
+        origin="python",
+    )
+    return Tool(record, fn, spec.args_model, spec.context_param)
+
+
+def tool(
+    fn: Callable[..., Any] | None = None,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    category: str = "general",
+    toolkit: str | None = None,
+    permissions: Iterable[str] = (),
+    dependencies: Iterable[str] | None = None,
+    relations: Iterable[Relation | tuple[str, str]] = (),
+    metadata: dict[str, Any] | None = None,
+    workspace: Any = None,
+) -> Any:
+    """Turn a typed function into a :class:`Tool`; register it in ``workspace`` or the current one.
+
+    Works bare (``@tool``) and with arguments (``@tool(category="math")``). Without a workspace
+    argument the tool is registered in the current workspace when one is active
+    (``ws.activate()``); otherwise it is returned unregistered for ``ws.tools.register(...)``.
+
+    ``relations`` takes ``Relation`` objects or ``(type, target)`` pairs with types
+    ``depends_on``, ``conflicts_with``, ``precondition`` and ``postcondition``.
+    """
+
+    def build(f: Callable[..., Any]) -> Tool:
+        built = make_tool(
+            f,
+            name=name,
+            description=description,
+            category=category,
+            toolkit=toolkit,
+            permissions=permissions,
+            dependencies=dependencies,
+            relations=relations,
+            metadata=metadata,
+        )
+        from tea_notebook.workspace import current_workspace
+
+        target = workspace if workspace is not None else current_workspace(required=False)
+        if target is not None:
+            built.record = target.tools.register(built)
+        return built
+
+    return build(fn) if fn is not None else build

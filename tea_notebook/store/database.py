@@ -1,0 +1,342 @@
+"""The workspace database: versioned records, change log, usage statistics and cached embeddings.
+
+One SQLite file in WAL mode. Writers take ``BEGIN IMMEDIATE`` so two processes registering at
+the same time serialise instead of losing versions; readers never block.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+from tea_notebook.errors import NotFoundError, WorkspaceError
+
+FORMAT = "tea_notebook"
+SCHEMA_VERSION = 1
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS entities(
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    kind TEXT NOT NULL, name TEXT NOT NULL, UNIQUE(kind, name));
+CREATE TABLE IF NOT EXISTS versions(
+    kind TEXT NOT NULL, name TEXT NOT NULL, version INTEGER NOT NULL,
+    hash TEXT NOT NULL, data TEXT NOT NULL, text TEXT NOT NULL,
+    created_at REAL NOT NULL, note TEXT NOT NULL DEFAULT '',
+    PRIMARY KEY(kind, name, version));
+CREATE TABLE IF NOT EXISTS heads(
+    kind TEXT NOT NULL, name TEXT NOT NULL, version INTEGER NOT NULL,
+    PRIMARY KEY(kind, name));
+CREATE TABLE IF NOT EXISTS changes(
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    kind TEXT NOT NULL, name TEXT NOT NULL, op TEXT NOT NULL,
+    version INTEGER, at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS usage(
+    kind TEXT NOT NULL, name TEXT NOT NULL,
+    calls INTEGER NOT NULL DEFAULT 0, failures INTEGER NOT NULL DEFAULT 0,
+    total_latency REAL NOT NULL DEFAULT 0, last_used REAL,
+    PRIMARY KEY(kind, name));
+CREATE TABLE IF NOT EXISTS embeddings(
+    embedder TEXT NOT NULL, text_hash TEXT NOT NULL, dim INTEGER NOT NULL, vector BLOB NOT NULL,
+    PRIMARY KEY(embedder, text_hash));
+"""
+
+
+@dataclass(frozen=True)
+class StoredVersion:
+    """One stored version of a record, as the database holds it."""
+
+    kind: str
+    name: str
+    version: int
+    hash: str
+    data: str
+    text: str
+    created_at: float
+    note: str
+
+
+@dataclass(frozen=True)
+class Change:
+    """One entry of the change log (register, rollback or unregister)."""
+
+    seq: int
+    kind: str
+    name: str
+    op: str
+    version: int | None
+    at: float
+
+
+def _check_is_ours(path: Path) -> None:
+    """Refuse a file that is not a tea_notebook database, without writing to it."""
+    with open(path, "rb") as fh:
+        head = fh.read(16)
+    if head != _SQLITE_MAGIC:
+        raise WorkspaceError(f"{path} is not a tea_notebook database (not an SQLite file)")
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            rows = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+            conn.execute("SELECT count(*) FROM versions").fetchone()
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError as exc:
+        raise WorkspaceError(f"{path} is not a readable tea_notebook database ({exc})") from None
+    if rows.get("format") != FORMAT:
+        raise WorkspaceError(f"{path} is an SQLite database of another program, not tea_notebook")
+    found = int(rows.get("schema_version", "0"))
+    if found > SCHEMA_VERSION:
+        raise WorkspaceError(
+            f"{path} was written by a newer tea_notebook (schema {found}, this one reads {SCHEMA_VERSION})"
+        )
+
+
+class Database:
+    """The SQLite file of a workspace. Thread-safe within a process; safe across processes."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        if self.path.exists() and self.path.stat().st_size > 0:
+            _check_is_ours(self.path)
+        self._lock = threading.RLock()
+        try:
+            self._conn = sqlite3.connect(
+                self.path, timeout=60.0, isolation_level=None, check_same_thread=False
+            )
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute("PRAGMA synchronous=NORMAL")
+            self._conn.execute("PRAGMA busy_timeout=60000")
+            with self.transaction() as cur:
+                for stmt in filter(str.strip, _SCHEMA.split(";")):
+                    cur.execute(stmt)
+                cur.execute("INSERT OR IGNORE INTO meta VALUES ('format', ?)", (FORMAT,))
+                cur.execute(
+                    "INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
+                )
+        except sqlite3.DatabaseError as exc:
+            raise WorkspaceError(f"cannot open workspace database {self.path}: {exc}") from None
+
+    # -- plumbing -------------------------------------------------------------------------
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Cursor]:
+        """A write transaction that holds the database's write lock from its first statement."""
+        with self._lock:
+            cur = self._conn.cursor()
+            cur.execute("BEGIN IMMEDIATE")
+            try:
+                yield cur
+            except BaseException:
+                cur.execute("ROLLBACK")
+                raise
+            else:
+                cur.execute("COMMIT")
+
+    def _read(self, sql: str, args: tuple = ()) -> list[tuple]:
+        with self._lock:
+            return self._conn.execute(sql, args).fetchall()
+
+    def close(self) -> None:
+        """Close the connection (the file stays)."""
+        with self._lock:
+            self._conn.close()
+
+    # -- meta ---------------------------------------------------------------------------
+    def meta(self, key: str, default: str | None = None) -> str | None:
+        """A workspace setting stored in the database."""
+        rows = self._read("SELECT value FROM meta WHERE key=?", (key,))
+        return rows[0][0] if rows else default
+
+    def set_meta(self, key: str, value: str) -> None:
+        """Store a workspace setting."""
+        with self.transaction() as cur:
+            cur.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
+
+    # -- versions -----------------------------------------------------------------------
+    def put_version(
+        self,
+        cur: sqlite3.Cursor,
+        kind: str,
+        name: str,
+        hash_: str,
+        data: str,
+        text: str,
+        note: str = "",
+    ) -> tuple[int, bool]:
+        """Make ``data`` the current version of ``name`` inside an open transaction.
+
+        Returns ``(version, created)``. Content equal to the current version creates nothing.
+        """
+        head = cur.execute(
+            "SELECT h.version, v.hash FROM heads h JOIN versions v "
+            "ON v.kind=h.kind AND v.name=h.name AND v.version=h.version "
+            "WHERE h.kind=? AND h.name=?",
+            (kind, name),
+        ).fetchone()
+        if head is not None and head[1] == hash_:
+            return head[0], False
+        last = cur.execute(
+            "SELECT max(version) FROM versions WHERE kind=? AND name=?", (kind, name)
+        ).fetchone()[0]
+        version = (last or 0) + 1
+        now = time.time()
+        cur.execute(
+            "INSERT INTO versions VALUES (?,?,?,?,?,?,?,?)",
+            (kind, name, version, hash_, data, text, now, note),
+        )
+        cur.execute("INSERT OR REPLACE INTO heads VALUES (?,?,?)", (kind, name, version))
+        cur.execute("INSERT OR IGNORE INTO entities(kind, name) VALUES (?,?)", (kind, name))
+        cur.execute(
+            "INSERT INTO changes(kind, name, op, version, at) VALUES (?,?,?,?,?)",
+            (kind, name, "register", version, now),
+        )
+        return version, True
+
+    def set_head(self, kind: str, name: str, version: int) -> None:
+        """Make an existing stored version the current one (rollback)."""
+        with self.transaction() as cur:
+            found = cur.execute(
+                "SELECT 1 FROM versions WHERE kind=? AND name=? AND version=?", (kind, name, version)
+            ).fetchone()
+            if not found:
+                raise NotFoundError(f"{kind} {name!r} has no version {version}")
+            cur.execute("INSERT OR REPLACE INTO heads VALUES (?,?,?)", (kind, name, version))
+            cur.execute(
+                "INSERT INTO changes(kind, name, op, version, at) VALUES (?,?,?,?,?)",
+                (kind, name, "rollback", version, time.time()),
+            )
+
+    def remove_head(self, kind: str, name: str) -> None:
+        """Take a record out of the current set; its versions stay in the history."""
+        with self.transaction() as cur:
+            gone = cur.execute("DELETE FROM heads WHERE kind=? AND name=?", (kind, name)).rowcount
+            if not gone:
+                raise NotFoundError(f"no {kind} named {name!r} is registered")
+            cur.execute(
+                "INSERT INTO changes(kind, name, op, version, at) VALUES (?,?,?,?,?)",
+                (kind, name, "unregister", None, time.time()),
+            )
+
+    def head(self, kind: str, name: str) -> StoredVersion | None:
+        """The current version of a record, or None."""
+        rows = self._read(
+            "SELECT v.* FROM heads h JOIN versions v "
+            "ON v.kind=h.kind AND v.name=h.name AND v.version=h.version "
+            "WHERE h.kind=? AND h.name=?",
+            (kind, name),
+        )
+        return StoredVersion(*rows[0]) if rows else None
+
+    def version(self, kind: str, name: str, version: int) -> StoredVersion | None:
+        """One stored version, current or not."""
+        rows = self._read(
+            "SELECT * FROM versions WHERE kind=? AND name=? AND version=?", (kind, name, version)
+        )
+        return StoredVersion(*rows[0]) if rows else None
+
+    def history(self, kind: str, name: str) -> list[StoredVersion]:
+        """Every stored version of a record, oldest first."""
+        rows = self._read(
+            "SELECT * FROM versions WHERE kind=? AND name=? ORDER BY version", (kind, name)
+        )
+        return [StoredVersion(*r) for r in rows]
+
+    def heads(self, kind: str) -> list[StoredVersion]:
+        """The current version of every registered record of a kind, by name."""
+        rows = self._read(
+            "SELECT v.* FROM heads h JOIN versions v "
+            "ON v.kind=h.kind AND v.name=h.name AND v.version=h.version "
+            "WHERE h.kind=? ORDER BY h.name",
+            (kind,),
+        )
+        return [StoredVersion(*r) for r in rows]
+
+    def head_texts(self, kind: str) -> list[tuple[int, str, str]]:
+        """``(entity id, name, search text)`` of every current record of a kind."""
+        return self._read(
+            "SELECT e.id, h.name, v.text FROM heads h "
+            "JOIN versions v ON v.kind=h.kind AND v.name=h.name AND v.version=h.version "
+            "JOIN entities e ON e.kind=h.kind AND e.name=h.name WHERE h.kind=?",
+            (kind,),
+        )
+
+    def entity_id(self, kind: str, name: str) -> int | None:
+        """The stable integer id of a name (used as the vector id)."""
+        rows = self._read("SELECT id FROM entities WHERE kind=? AND name=?", (kind, name))
+        return rows[0][0] if rows else None
+
+    def names_by_id(self, kind: str, ids: list[int]) -> dict[int, str]:
+        """Names of entity ids."""
+        if not ids:
+            return {}
+        marks = ",".join("?" * len(ids))
+        rows = self._read(
+            f"SELECT id, name FROM entities WHERE kind=? AND id IN ({marks})", (kind, *ids)
+        )
+        return dict(rows)
+
+    # -- change log ---------------------------------------------------------------------
+    def last_change(self, kind: str) -> int:
+        """The sequence number of the newest change to a kind (0 when none)."""
+        return self._read("SELECT coalesce(max(seq), 0) FROM changes WHERE kind=?", (kind,))[0][0]
+
+    def changes_since(self, kind: str, seq: int) -> list[Change]:
+        """Changes to a kind after ``seq``, oldest first."""
+        rows = self._read(
+            "SELECT * FROM changes WHERE kind=? AND seq>? ORDER BY seq", (kind, seq)
+        )
+        return [Change(*r) for r in rows]
+
+    # -- usage --------------------------------------------------------------------------
+    def record_use(self, kind: str, name: str, ok: bool, latency: float) -> None:
+        """Count one invocation."""
+        with self.transaction() as cur:
+            cur.execute(
+                "INSERT INTO usage(kind, name, calls, failures, total_latency, last_used) "
+                "VALUES (?,?,1,?,?,?) ON CONFLICT(kind, name) DO UPDATE SET "
+                "calls=calls+1, failures=failures+excluded.failures, "
+                "total_latency=total_latency+excluded.total_latency, last_used=excluded.last_used",
+                (kind, name, 0 if ok else 1, latency, time.time()),
+            )
+
+    def usage(self, kind: str) -> dict[str, tuple[int, int, float, float | None]]:
+        """``name -> (calls, failures, total latency, last used)`` for a kind."""
+        rows = self._read(
+            "SELECT name, calls, failures, total_latency, last_used FROM usage WHERE kind=?",
+            (kind,),
+        )
+        return {r[0]: tuple(r[1:]) for r in rows}  # type: ignore[misc]
+
+    # -- embeddings ---------------------------------------------------------------------
+    def get_vectors(self, embedder: str, text_hashes: list[str]) -> dict[str, np.ndarray]:
+        """Cached embeddings for text hashes (missing ones are absent from the result)."""
+        out: dict[str, np.ndarray] = {}
+        for start in range(0, len(text_hashes), 500):
+            chunk = text_hashes[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            for h, dim, blob in self._read(
+                f"SELECT text_hash, dim, vector FROM embeddings WHERE embedder=? "
+                f"AND text_hash IN ({marks})",
+                (embedder, *chunk),
+            ):
+                out[h] = np.frombuffer(blob, dtype=np.float32, count=dim)
+        return out
+
+    def put_vectors(self, embedder: str, vectors: dict[str, np.ndarray]) -> None:
+        """Cache embeddings by text hash."""
+        with self.transaction() as cur:
+            cur.executemany(
+                "INSERT OR REPLACE INTO embeddings VALUES (?,?,?,?)",
+                [
+                    (embedder, h, int(v.shape[0]), np.ascontiguousarray(v, np.float32).tobytes())
+                    for h, v in vectors.items()
+                ],
+            )

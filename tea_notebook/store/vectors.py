@@ -1,0 +1,150 @@
+"""A cosine-similarity vector index with stable integer ids, saved as a rebuildable file.
+
+Flat (exact) while small; an inverted-file index once it passes ``ivf_threshold`` vectors, which
+keeps single queries well under a millisecond at 100k. Vectors must be L2-normalised.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import threading
+from pathlib import Path
+
+import numpy as np
+
+_FAISS_READY = False
+_FAISS_LOCK = threading.Lock()
+
+
+def _faiss():
+    """Import faiss on first use; one OpenMP thread, since single queries are thread start-up bound."""
+    global _FAISS_READY
+    import faiss
+
+    with _FAISS_LOCK:
+        if not _FAISS_READY:
+            faiss.omp_set_num_threads(1)
+            _FAISS_READY = True
+    return faiss
+
+
+class VectorIndex:
+    """Vectors keyed by int64 ids; ``search`` returns ids and cosine scores, best first."""
+
+    def __init__(self, dim: int, ivf_threshold: int = 20_000):
+        self.dim = dim
+        self.ivf_threshold = ivf_threshold
+        self.seq = 0  # the database change this index reflects
+        self._trained_on = 0
+        self._index = self._flat()
+
+    def _flat(self):
+        faiss = _faiss()
+        return faiss.IndexIDMap2(faiss.IndexFlatIP(self.dim))
+
+    def _ivf(self, vectors: np.ndarray):
+        faiss = _faiss()
+        nlist = max(16, int(4 * math.sqrt(len(vectors))))
+        quantizer = faiss.IndexFlatIP(self.dim)
+        index = faiss.IndexIVFFlat(quantizer, self.dim, nlist, faiss.METRIC_INNER_PRODUCT)
+        index.train(vectors)
+        index.nprobe = min(nlist, 24)
+        self._trained_on = len(vectors)
+        return index
+
+    @property
+    def kind(self) -> str:
+        """``"flat"`` or ``"ivf"``."""
+        return "flat" if self._trained_on == 0 else "ivf"
+
+    def __len__(self) -> int:
+        return int(self._index.ntotal)
+
+    def rebuild(self, ids: np.ndarray, vectors: np.ndarray) -> None:
+        """Replace the whole content, choosing flat or IVF by size."""
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32).reshape(-1, self.dim)
+        ids = np.ascontiguousarray(ids, dtype=np.int64)
+        if len(vectors) >= self.ivf_threshold:
+            self._index = self._ivf(vectors)
+        else:
+            self._index = self._flat()
+            self._trained_on = 0
+        if len(vectors):
+            self._index.add_with_ids(vectors, ids)
+
+    def needs_rebuild(self) -> bool:
+        """True once the index has outgrown its kind (flat too big, or IVF trained on too few)."""
+        n = len(self)
+        if self._trained_on == 0:
+            return n >= self.ivf_threshold
+        return n > 4 * self._trained_on
+
+    def upsert(self, ids: np.ndarray, vectors: np.ndarray) -> None:
+        """Add vectors, replacing any with the same ids."""
+        ids = np.ascontiguousarray(ids, dtype=np.int64)
+        if not len(ids):
+            return
+        self._index.remove_ids(ids)
+        self._index.add_with_ids(
+            np.ascontiguousarray(vectors, dtype=np.float32).reshape(-1, self.dim), ids
+        )
+
+    def remove(self, ids: np.ndarray) -> None:
+        """Drop ids (absent ones are ignored)."""
+        ids = np.ascontiguousarray(ids, dtype=np.int64)
+        if len(ids):
+            self._index.remove_ids(ids)
+
+    def search(
+        self, query: np.ndarray, k: int, allowed: "set[int] | None" = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k ``(ids, scores)`` for one normalised query vector, only ``allowed`` ids when given."""
+        if len(self) == 0 or k <= 0:
+            return np.empty(0, np.int64), np.empty(0, np.float32)
+        q = np.ascontiguousarray(query, dtype=np.float32).reshape(1, self.dim)
+        if allowed is not None:
+            faiss = _faiss()
+            selector = faiss.IDSelectorBatch(np.fromiter(allowed, np.int64, len(allowed)))
+            if self._trained_on:
+                params = faiss.SearchParametersIVF(sel=selector, nprobe=self._index.nlist)
+            else:
+                params = faiss.SearchParameters(sel=selector)
+            scores, ids = self._index.search(q, min(k, len(allowed)), params=params)
+        else:
+            scores, ids = self._index.search(q, min(k, len(self)))
+        keep = ids[0] >= 0
+        return ids[0][keep], scores[0][keep]
+
+    # -- files --------------------------------------------------------------------------
+    def save(self, path: Path) -> None:
+        """Write the index and its sidecar atomically."""
+        faiss = _faiss()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        faiss.write_index(self._index, str(tmp))
+        os.replace(tmp, path)
+        side = {"seq": self.seq, "dim": self.dim, "trained_on": self._trained_on}
+        tmp_side = path.with_suffix(".json.tmp")
+        tmp_side.write_text(json.dumps(side))
+        os.replace(tmp_side, path.with_suffix(".json"))
+
+    @classmethod
+    def load(cls, path: Path, dim: int, ivf_threshold: int = 20_000) -> "VectorIndex | None":
+        """Read a saved index; None when missing, foreign or damaged (the caller rebuilds it)."""
+        side_path = path.with_suffix(".json")
+        if not path.exists() or not side_path.exists():
+            return None
+        try:
+            side = json.loads(side_path.read_text())
+            if int(side["dim"]) != dim:
+                return None
+            index = _faiss().read_index(str(path))
+        except Exception:  # noqa: BLE001 - any damage means "rebuild from the database"
+            return None
+        out = cls(dim, ivf_threshold)
+        out._index = index
+        out.seq = int(side["seq"])
+        out._trained_on = int(side.get("trained_on", 0))
+        return out

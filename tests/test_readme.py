@@ -1,0 +1,42 @@
+"""The README's examples run as written (the first two Python blocks) and the two commands exist."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+
+
+def _blocks() -> list[str]:
+    return re.findall(r"```python\n(.*?)```", README, re.S)
+
+
+@pytest.mark.slow
+def test_first_examples_run_and_do_what_they_say(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    ns: dict = {}
+    exec(_blocks()[0], ns)  # noqa: S102 - our own README
+    ws = ns["ws"]
+    assert (tmp_path / ".tea" / "tea.db").exists()
+    assert ws.tools.search("how hot is 30 degrees in fahrenheit", k=1)[0].name == "convert_temperature"
+    assert ws.tools.invoke("convert_temperature", {"value": 30}).value == 86.0
+    err = ws.tools.invoke("convert_temperature", {"value": "hot"}).error
+    assert err["field"] == "value" and err["expected"] == "number"
+    exec(_blocks()[1], ns)  # noqa: S102
+    with ws.context() as run:
+        ws.tools.bind("bump", run)
+        assert ws.tools.invoke("bump", {"by": 2}, run).value == 2
+        assert ws.tools.invoke("bump", {"by": 3}, run).value == 5
+        assert [t.name for t in ws.tools.route(context=run)] == ["bump"]
+
+
+def test_readme_opens_with_the_two_commands():
+    first = re.search(r"```bash\n(.*?)```", README, re.S).group(1).strip().splitlines()
+    assert len(first) == 2
+    assert first[0].startswith("bash scripts/run.sh") and "--headless" in first[0]
+    assert first[1].startswith("bash scripts/test.sh")
+    assert "scripts/test.sh" in (ROOT / ".ci" / "run").read_text()
