@@ -26,7 +26,8 @@ def cmd_list(args: argparse.Namespace) -> int:
     if args.query:
         hits = reg.search(args.query, k=args.k, mode=args.mode)
         if args.json:
-            print(json.dumps([{"name": h.name, "score": h.score, "semantic": h.semantic, "keyword": h.keyword} for h in hits]))
+            rows = [{"name": h.name, "score": h.score, "semantic": h.semantic, "keyword": h.keyword} for h in hits]
+            print(json.dumps(rows))
         for h in [] if args.json else hits:
             print(f"{h.score:6.3f}  {h.name:32s} {h.record.description[:70]}")
         return 0

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import contextvars
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
 
 from tea_notebook.errors import TeaError, WorkspaceError
 from tea_notebook.models.embedders import Embedder, embedder_spec, resolve_embedder
@@ -51,27 +49,19 @@ class Workspace:
         """A new run context for bind / route / invoke (``with ws.context() as ctx:``)."""
         return Context(name)
 
-    @contextmanager
-    def _activated(self) -> Iterator["Workspace"]:
-        token = _current.set(self)
-        try:
-            yield self
-        finally:
-            _current.reset(token)
-
-    def activate(self) -> Any:
+    def activate(self) -> "_Activation":
         """Make this the current workspace (``@tool`` registers here).
 
         As a statement it stays current; as ``with ws.activate():`` only inside the block.
         """
-        manager = self._activated()
-        manager.__enter__()
-        return _Activation(manager)
+        return _Activation(_current.set(self))
 
     def close(self) -> None:
-        """Close the database connection."""
+        """Write pending index files and close the database connection."""
         if _current.get() is self:
             _current.set(None)
+        for registry in (self.tools, self.toolkits, self.envs, self.agents):
+            registry.flush()
         self.db.close()
 
     def __enter__(self) -> "Workspace":
@@ -88,16 +78,16 @@ class Workspace:
 
 
 class _Activation:
-    """Returned by :meth:`Workspace.activate`; usable as a context manager to restore the previous one."""
+    """Returned by :meth:`Workspace.activate`; as a context manager it restores the previous one."""
 
-    def __init__(self, manager: Any):
-        self._manager = manager
+    def __init__(self, token: contextvars.Token):
+        self._token = token
 
-    def __enter__(self) -> Any:
+    def __enter__(self) -> "_Activation":
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._manager.__exit__(None, None, None)
+        _current.reset(self._token)
 
 
 def current_workspace(required: bool = True) -> Workspace | None:

@@ -320,12 +320,6 @@ def test_register_wrong_type_is_registry_error(ws, kind):
     assert RECORD_CLS[kind].__name__ in str(exc.value)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Registry._coerce accepts record objects without re-validating them: a record built with "
-    "model_copy(update=...) (pydantic does not validate there) and an invalid name is stored, "
-    "and afterwards get()/list() raise pydantic ValidationError instead of RegistryError at register time",
-)
 def test_record_object_bypassing_validation_is_rejected(ws):
     bad = ToolRecord(name="fine", description="ok").model_copy(update={"name": "bad name!"})
     with pytest.raises(RegistryError):
@@ -927,11 +921,6 @@ def test_blank_toolkit_name_on_tool_rejected(ws):
     assert "kitless" not in ws.tools
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="ToolRegistry.unbind(toolkit_name, ctx) ignores Context.unbind's False result, so unbinding "
-    "a toolkit that was never bound succeeds silently instead of raising NotFoundError like Registry.unbind",
-)
 def test_unbind_toolkit_not_bound_raises(ws):
     ws.toolkits.register({"name": "web", "description": "Web kit", "tools": ["fetch_page"]})
     ws.tools.register(rec("tools", "fetch_page", "Fetch a page"))
@@ -940,11 +929,6 @@ def test_unbind_toolkit_not_bound_raises(ws):
         ws.tools.unbind("web", ctx)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Registry.get(name, version=N) on an unregistered record (history kept, no head) reports "
-    "'no tool named X is registered' and never mentions the missing version N",
-)
 def test_get_missing_version_of_unregistered_record_names_version(ws):
     ws.tools.register(rec("tools", "gone", "Gone soon"))
     ws.tools.unregister("gone")

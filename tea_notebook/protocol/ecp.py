@@ -14,7 +14,11 @@ from tea_notebook.protocol.registry import InvokeResult, Registry, not_found_res
 
 class EnvironmentRegistry(Registry[EnvironmentRecord]):
     """Environments: rules, state, actions. ``register(record, runtime=obj)`` attaches an object
-    whose methods are the actions (sync or async) and whose optional ``state()`` returns text."""
+    whose methods are the actions (sync or async) and whose optional ``state()`` returns text.
+
+    A runtime that needs the caller's run context instead defines
+    ``invoke_action(action, args, context)`` (sync or async), which is called for every action.
+    """
 
     def _describe_extra(self, record: EnvironmentRecord) -> list[str]:
         out = []
@@ -50,6 +54,11 @@ class EnvironmentRegistry(Registry[EnvironmentRecord]):
                 raise RuntimeError(
                     f"action {action!r} of {env!r} needs {', '.join(missing)} to have succeeded first"
                 )
+            dispatch = getattr(runtime, "invoke_action", None)
+            if dispatch is not None:
+                if inspect.iscoroutinefunction(dispatch):
+                    return dispatch(action, args, context)
+                return asyncio.to_thread(dispatch, action, args, context)
             method = getattr(runtime, action, None) if runtime is not None else None
             if method is None:
                 raise RuntimeError(f"environment {env!r} has no runtime for action {action!r} in this process")

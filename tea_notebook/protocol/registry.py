@@ -128,6 +128,8 @@ class Registry(Generic[R]):
         self._keyword = KeywordIndex()
         self._records: dict[str, R] = {}
         self._vectors: VectorIndex | None = None
+        self._saved_seq = -1
+        self._last_save = 0.0
         self._query_cache: OrderedDict[str, np.ndarray] = OrderedDict()
         self._validators: dict[str, Draft202012Validator] = {}
         self._runtimes: dict[str, Any] = {}
@@ -185,6 +187,10 @@ class Registry(Generic[R]):
         prepared = []
         for obj in objs:
             record, rt = self._coerce(obj)
+            try:  # objects built with model_copy(update=...) skipped validation: check again
+                record = self.record_type.model_validate(record.model_dump())
+            except ValidationError as exc:
+                raise RegistryError(self._explain(exc, str(getattr(record, "name", "?")))) from None
             rt = runtime if runtime is not None else rt
             self._check_relations(record)
             text = record.search_text()
@@ -225,13 +231,13 @@ class Registry(Generic[R]):
         if "usage" in self.record_type.model_fields:
             row = self._db.usage(self.kind).get(record.name)
             if row:
-                calls, failures, total, last = row
+                calls, failures, mean, last = row
                 record = record.model_copy(
                     update={
                         "usage": UsageStats(
                             calls=calls,
                             failures=failures,
-                            mean_latency_ms=1000 * total / calls if calls else 0.0,
+                            mean_latency_ms=1000 * mean,
                             last_used=last,
                         )
                     }
@@ -246,7 +252,7 @@ class Registry(Generic[R]):
             else self._db.version(self.kind, name, version)
         )
         if stored is None:
-            if version is not None and self._db.head(self.kind, name) is not None:
+            if version is not None and self._db.history(self.kind, name):
                 raise NotFoundError(f"{self.kind} {name!r} has no version {version}")
             raise NotFoundError(self._missing(name))
         return self._decorate(self._parse(stored.data, stored.version))
@@ -412,7 +418,11 @@ class Registry(Generic[R]):
         return np.stack([cached[h] for h in hashes])
 
     def _sync_vectors(self) -> VectorIndex | None:
-        """Bring the vector index up to the registry's state (embedding what is new)."""
+        """Bring the vector index up to the registry's state (embedding what is new).
+
+        The index file is a cache: it is written after a rebuild and at most every 30 s after
+        incremental changes (and by :meth:`flush`); a stale file is caught up from the change log.
+        """
         self._sync()
         with self._lock:
             path = self._vector_file()
@@ -420,9 +430,12 @@ class Registry(Generic[R]):
             if index is None and self._ids:
                 probe = self._vectors_for([next(iter(self._ids))])
                 index = VectorIndex.load(path, probe.shape[1])
+                if index is not None:
+                    self._saved_seq = index.seq
             if index is not None and index.seq == self._seq:
                 self._vectors = index
                 return index
+            rebuilt = False
             if index is not None:
                 touched = {c.name for c in self._db.changes_since(self.kind, index.seq)}
                 present = [n for n in touched if n in self._ids]
@@ -443,10 +456,21 @@ class Registry(Generic[R]):
                 vecs = self._vectors_for(names)
                 index = VectorIndex(vecs.shape[1])
                 index.rebuild(np.array([self._ids[n] for n in names], np.int64), vecs)
+                rebuilt = True
             index.seq = self._seq
-            index.save(path)
             self._vectors = index
+            if rebuilt or time.monotonic() - self._last_save > 30:
+                self.flush()
             return index
+
+    def flush(self) -> None:
+        """Write the vector index file if it is behind the in-memory index."""
+        with self._lock:
+            index = self._vectors
+            if index is not None and index.seq != self._saved_seq:
+                index.save(self._vector_file())
+                self._saved_seq = index.seq
+                self._last_save = time.monotonic()
 
     def index(self) -> int:
         """Embed and index everything now (otherwise the first search does it). Returns the count."""
@@ -618,7 +642,7 @@ class Registry(Generic[R]):
         if schema is not None:
             problem = _schema_errors(self._validator(schema), args)
             if problem is not None:
-                self._count(name, label, False, 0.0, context)
+                self._count(name, label, False, None, context)
                 return InvokeResult(label, False, error=problem, version=version)
         start = time.perf_counter()
         try:
@@ -637,7 +661,7 @@ class Registry(Generic[R]):
         self._count(name, label, ok, latency, context)
         return InvokeResult(label, ok, value, error, 1000 * latency, version)
 
-    def _count(self, name: str, label: str, ok: bool, latency: float, context: Context | None) -> None:
+    def _count(self, name: str, label: str, ok: bool, latency: float | None, context: Context | None) -> None:
         try:
             self._db.record_use(self.kind, name, ok, latency)
         except Exception as exc:  # noqa: BLE001 - statistics must not fail a call

@@ -98,7 +98,6 @@ class KeywordIndex:
         if n == 0:
             return np.empty(0, np.int64), np.empty(0, np.float32)
         avg = self._total / n if self._total else 1.0
-        scores: dict[int, float] | None = None
         acc_ids: list[np.ndarray] = []
         acc_scores: list[np.ndarray] = []
         for term in set(tokenize(query)):
@@ -111,7 +110,6 @@ class KeywordIndex:
             part = idf * tfs * (self.k1 + 1) / (tfs + self.k1 * (1 - self.b + self.b * lens / avg))
             acc_ids.append(ids)
             acc_scores.append(part.astype(np.float32))
-        del scores
         if not acc_ids:
             return np.empty(0, np.int64), np.empty(0, np.float32)
         all_ids = np.concatenate(acc_ids)

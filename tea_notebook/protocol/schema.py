@@ -96,6 +96,8 @@ def parse_docstring(doc: str | None) -> Docstring:
                 out.params[current] = ""
             elif current and stripped:
                 out.params[current] = (out.params[current] + " " + stripped).strip()
+        elif section == "numpy-returns" and stripped and not line.startswith(" "):
+            pass  # the type line of a NumPy "Returns" entry
         elif section in ("google-returns", "numpy-returns", "rest-returns"):
             if stripped:
                 out.returns = (out.returns + " " + stripped).strip()
@@ -180,7 +182,12 @@ def function_schema(
             ) from None
         desc = doc.params.get(pname) or None
         default = ... if param.default is inspect.Parameter.empty else param.default
-        fields[pname] = (annotation, Field(default, description=desc))
+        if pname.startswith(("_", "model_")):
+            # pydantic reserves these names (model_config, private attributes): store the field
+            # under another name; schema and validation still use the parameter's name (alias).
+            fields[f"param_{len(fields)}"] = (annotation, Field(default, description=desc, alias=pname))
+        else:
+            fields[pname] = (annotation, Field(default, description=desc))
     unknown = sorted(set(doc.params) - set(sig.parameters))
     if unknown:
         raise SchemaError(

@@ -109,9 +109,10 @@ class ToolRegistry(Registry[ToolRecord]):
         """Unbind a tool, or every tool of a toolkit."""
         toolkits = self.workspace.toolkits
         if name not in self and name in toolkits:
+            if not context.unbind(toolkits.kind, name):
+                raise NotFoundError(f"toolkit {name!r} is not bound to context {context.id!r}")
             for member in self.members(name):
                 context.unbind(self.kind, member)
-            context.unbind(toolkits.kind, name)
             return context
         return super().unbind(name, context)
 
@@ -274,7 +275,7 @@ def _convert(runtime: Tool, args: dict[str, Any]) -> dict[str, Any]:
     if runtime.args_model is None:
         return dict(args)
     parsed = runtime.args_model.model_validate(args)
-    return {name: getattr(parsed, name) for name in runtime.args_model.model_fields}
+    return {field.alias or name: getattr(parsed, name) for name, field in runtime.args_model.model_fields.items()}
 
 
 def _tool_from_source(record: ToolRecord) -> Tool:

@@ -142,8 +142,12 @@ def e2t(ws: "Workspace", env: str, *, prefix: str | None = None) -> Lifted:
     tool_name = {a.name: f"{stem}{a.name}" for a in rec.actions}
     tools = []
     for action in rec.actions:
-        relations = [Relation(type="precondition", target=tool_name[p]) for p in action.preconditions if p in tool_name]
-        relations += [Relation(type="postcondition", target=tool_name[p]) for p in action.postconditions if p in tool_name]
+        relations = [
+            Relation(type=kind, target=tool_name[p])
+            for kind, targets in (("precondition", action.preconditions), ("postcondition", action.postconditions))
+            for p in targets
+            if p in tool_name
+        ]
         tools.append(
             ToolRecord(
                 name=tool_name[action.name],
@@ -176,20 +180,16 @@ def e2t(ws: "Workspace", env: str, *, prefix: str | None = None) -> Lifted:
 
 
 class _ToolsAsEnvironment:
-    """The runtime of a T2E environment: each action invokes the tool of the same name."""
+    """The runtime of a T2E environment: each action invokes its tool in the caller's run context."""
 
     def __init__(self, ws: "Workspace", tool_names: dict[str, str]):
         self._ws, self._tool_names = ws, tool_names
 
-    def __getattr__(self, action: str):
+    async def invoke_action(self, action: str, args: dict[str, Any], context: Any) -> Any:
         tool = self._tool_names.get(action)
         if tool is None:
-            raise AttributeError(action)
-
-        async def run(**args: Any) -> Any:
-            return (await self._ws.tools.ainvoke(tool, args)).unwrap()
-
-        return run
+            raise AttributeError(f"no tool behind action {action!r}")
+        return (await self._ws.tools.ainvoke(tool, args, context)).unwrap()
 
 
 def t2e(
@@ -244,8 +244,11 @@ class _AgentAsEnvironment:
         self._ws, self._agent = ws, agent
         self.transcript: list[tuple[str, str]] = []
 
-    async def ask(self, message: str) -> Any:
-        answer = (await self._ws.agents.ainvoke(self._agent, message)).unwrap()
+    async def invoke_action(self, action: str, args: dict[str, Any], context: Any) -> Any:
+        if action != "ask":
+            raise AttributeError(f"no action {action!r}")
+        message = args["message"]
+        answer = (await self._ws.agents.ainvoke(self._agent, message, context=context)).unwrap()
         self.transcript.append((message, str(answer)))
         return answer
 
@@ -309,7 +312,7 @@ def e2a(ws: "Workspace", env: str, *, name: str | None = None, model: str | None
 
 # -- composition -------------------------------------------------------------------------
 SIGNATURES: dict[str, tuple[str, str]] = {
-    "A2T": ("agent", "tool"),
+    "A2T": ("agent", "tools"),
     "T2A": ("tools", "agent"),
     "E2T": ("environment", "tools"),
     "T2E": ("tools", "environment"),
@@ -324,7 +327,9 @@ def compose(ws: "Workspace", source: str, steps: list[str], *, source_kind: str)
 
     Raises TransformationError when a step's domain does not match the previous codomain."""
     kind = {"toolkit": "tools", "tool": "tools"}.get(source_kind, source_kind)
-    current: Any = source
+    if kind not in {"agent", "environment", "tools"}:
+        raise TransformationError(f"unknown source kind {source_kind!r}")
+    current: Any = [source] if source_kind == "tool" else source
     for i, step in enumerate(steps):
         if step not in SIGNATURES:
             raise TransformationError(f"unknown transformation {step!r}; known: {', '.join(SIGNATURES)}")
@@ -366,7 +371,7 @@ def _as_input(result: Any) -> Any:
 
 def _result(ws: "Workspace", current: Any, kind: str) -> Record | Lifted:
     if kind == "tools":
-        if isinstance(current, str) and current in ws.toolkits:
+        if isinstance(current, str):
             kit = ws.toolkits.get(current)
             return Lifted(kit, [ws.tools.get(t) for t in kit.tools])
         return ws.tools.get(current[0])

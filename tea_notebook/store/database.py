@@ -42,7 +42,7 @@ CREATE TABLE IF NOT EXISTS changes(
 CREATE TABLE IF NOT EXISTS usage(
     kind TEXT NOT NULL, name TEXT NOT NULL,
     calls INTEGER NOT NULL DEFAULT 0, failures INTEGER NOT NULL DEFAULT 0,
-    total_latency REAL NOT NULL DEFAULT 0, last_used REAL,
+    timed INTEGER NOT NULL DEFAULT 0, total_latency REAL NOT NULL DEFAULT 0, last_used REAL,
     PRIMARY KEY(kind, name));
 CREATE TABLE IF NOT EXISTS embeddings(
     embedder TEXT NOT NULL, text_hash TEXT NOT NULL, dim INTEGER NOT NULL, vector BLOB NOT NULL,
@@ -296,21 +296,22 @@ class Database:
         return [Change(*r) for r in rows]
 
     # -- usage --------------------------------------------------------------------------
-    def record_use(self, kind: str, name: str, ok: bool, latency: float) -> None:
-        """Count one invocation."""
+    def record_use(self, kind: str, name: str, ok: bool, latency: float | None) -> None:
+        """Count one invocation; ``latency`` None for a call refused before it ran."""
         with self.transaction() as cur:
             cur.execute(
-                "INSERT INTO usage(kind, name, calls, failures, total_latency, last_used) "
-                "VALUES (?,?,1,?,?,?) ON CONFLICT(kind, name) DO UPDATE SET "
-                "calls=calls+1, failures=failures+excluded.failures, "
+                "INSERT INTO usage(kind, name, calls, failures, timed, total_latency, last_used) "
+                "VALUES (?,?,1,?,?,?,?) ON CONFLICT(kind, name) DO UPDATE SET "
+                "calls=calls+1, failures=failures+excluded.failures, timed=timed+excluded.timed, "
                 "total_latency=total_latency+excluded.total_latency, last_used=excluded.last_used",
-                (kind, name, 0 if ok else 1, latency, time.time()),
+                (kind, name, 0 if ok else 1, 0 if latency is None else 1, latency or 0.0, time.time()),
             )
 
     def usage(self, kind: str) -> dict[str, tuple[int, int, float, float | None]]:
-        """``name -> (calls, failures, total latency, last used)`` for a kind."""
+        """``name -> (calls, failures, mean latency in seconds of calls that ran, last used)``."""
         rows = self._read(
-            "SELECT name, calls, failures, total_latency, last_used FROM usage WHERE kind=?",
+            "SELECT name, calls, failures, CASE WHEN timed > 0 THEN total_latency / timed ELSE 0 END, "
+            "last_used FROM usage WHERE kind=?",
             (kind,),
         )
         return {r[0]: tuple(r[1:]) for r in rows}  # type: ignore[misc]
