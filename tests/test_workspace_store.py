@@ -67,6 +67,13 @@ def fill(ws: tea_notebook.Workspace) -> None:
         ws.tools.register(ToolRecord(name=name, description=desc, category=cat))
 
 
+def index_header(faiss_file: Path) -> dict:
+    """The JSON header line of a saved vector index (after the magic line)."""
+    lines = faiss_file.read_bytes().split(b"\n", 2)
+    assert lines[0] == b"TEAVEC1"
+    return json.loads(lines[1])
+
+
 def hits(ws: tea_notebook.Workspace, query: str, mode: str = "hybrid", k: int = 5):
     return [(h.name, round(h.score, 5)) for h in ws.tools.search(query, k=k, mode=mode)]
 
@@ -81,7 +88,7 @@ def add_numbers(a: int, b: int) -> int:
     return a + b
 
 
-QUERIES = ["download a web page", "write text to a file", "money currencies", "resize picture"]
+QUERIES = ["download the HTML at a URL", "write text to a file", "money currencies", "resize picture"]
 
 
 # -- the folder -----------------------------------------------------------------------------
@@ -102,10 +109,10 @@ def test_folder_holds_wal_database_and_vector_files_after_search(tmp_path):
 
     vec_dir = tmp_path / "ws" / "vectors"
     assert not vec_dir.exists() or not list(vec_dir.glob("*.faiss"))
-    assert ws.tools.search("download a web page", k=2)[0].name == "fetch_url"
+    assert ws.tools.search("download the HTML at a URL", k=2)[0].name == "fetch_url"
     faiss_files = list(vec_dir.glob("*.faiss"))
     assert len(faiss_files) == 1 and faiss_files[0].stat().st_size > 0
-    side = json.loads(faiss_files[0].with_suffix(".json").read_text())
+    side = index_header(faiss_files[0])
     assert side["dim"] == 256
     assert side["seq"] == len(CATALOG)  # one change-log entry per registration
     ws.close()
@@ -156,7 +163,7 @@ def test_reopen_in_new_process_sees_records_versions_and_usage(tmp_path):
         # the child can also run the stored (trusted) source and adds to the shared statistics
         res = ws.tools.invoke("add_numbers", {"a": 20, "b": 22})
         print(json.dumps({"state": state, "sum": res.value, "ok": res.ok,
-                          "search": [h.name for h in ws.tools.search("download a web page", k=1)]}))
+                          "search": [h.name for h in ws.tools.search("download the HTML at a URL", k=1)]}))
         """,
         path,
     )
@@ -175,15 +182,17 @@ def test_reopen_in_new_process_sees_records_versions_and_usage(tmp_path):
 # -- vectors/ is a cache ------------------------------------------------------------------
 def _damage(vec_dir: Path, how: str) -> None:
     faiss_file = next(vec_dir.glob("*.faiss"))
-    side = faiss_file.with_suffix(".json")
     data = faiss_file.read_bytes()
+    magic, header, body = data.split(b"\n", 2)
     rng = random.Random(1234)
     if how == "delete_folder":
         shutil.rmtree(vec_dir)
     elif how == "delete_index_file":
         faiss_file.unlink()
-    elif how == "delete_sidecar":
-        side.unlink()
+    elif how == "bit_flip_in_vectors":
+        flipped = bytearray(body)
+        flipped[len(body) // 2] ^= 0x01
+        faiss_file.write_bytes(magic + b"\n" + header + b"\n" + bytes(flipped))
     elif how == "random_bytes":
         faiss_file.write_bytes(rng.randbytes(len(data)))
     elif how == "truncated":
@@ -192,10 +201,12 @@ def _damage(vec_dir: Path, how: str) -> None:
         faiss_file.write_bytes(b"")
     elif how == "garbled_header":
         faiss_file.write_bytes(data[:4] + rng.randbytes(40) + data[44:])
-    elif how == "sidecar_not_json":
-        side.write_text("{not json")
-    elif how == "sidecar_wrong_dim":
-        side.write_text(json.dumps({"seq": 1, "dim": 17, "trained_on": 0}))
+    elif how == "header_not_json":
+        faiss_file.write_bytes(magic + b"\n{not json\n" + body)
+    elif how == "header_wrong_dim":
+        head = json.loads(header)
+        head["dim"] = 17
+        faiss_file.write_bytes(magic + b"\n" + json.dumps(head).encode() + b"\n" + body)
     else:  # pragma: no cover
         raise AssertionError(how)
 
@@ -205,13 +216,13 @@ def _damage(vec_dir: Path, how: str) -> None:
     [
         "delete_folder",
         "delete_index_file",
-        "delete_sidecar",
+        "bit_flip_in_vectors",
         "random_bytes",
         "truncated",
         "empty",
         "garbled_header",
-        "sidecar_not_json",
-        "sidecar_wrong_dim",
+        "header_not_json",
+        "header_wrong_dim",
     ],
 )
 def test_damaged_vector_files_are_rebuilt_from_database(tmp_path, how):
@@ -226,10 +237,10 @@ def test_damaged_vector_files_are_rebuilt_from_database(tmp_path, how):
     ws = make_ws(path)
     after = {q: (hits(ws, q), hits(ws, q, mode="semantic")) for q in QUERIES}
     assert after == before
-    assert after["download a web page"][1][0][0] == "fetch_url"
+    assert after["download the HTML at a URL"][1][0][0] == "fetch_url"
     # the index file was written again and is whole
     faiss_file = next((path / "vectors").glob("*.faiss"))
-    side = json.loads(faiss_file.with_suffix(".json").read_text())
+    side = index_header(faiss_file)
     assert side["dim"] == 256 and side["seq"] == len(CATALOG)
     ws.close()
 
@@ -239,11 +250,6 @@ def test_damaged_vector_files_are_rebuilt_from_database(tmp_path, how):
     ws.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="VectorIndex.save/load keep no checksum of the .faiss file: damage inside the vector "
-    "payload is not detected, the index is loaded as is and semantic results silently change",
-)
 def test_damaged_vector_payload_is_detected(tmp_path):
     path = tmp_path / "ws"
     ws = make_ws(path)
@@ -284,7 +290,7 @@ def test_two_workspace_objects_on_same_path_follow_change_log(tmp_path):
     b = make_ws(path)
     fill(a)
     # b has built its in-memory indexes (keyword, vectors, records) before a changes anything
-    assert [h.name for h in b.tools.search("download a web page", k=1)] == ["fetch_url"]
+    assert [h.name for h in b.tools.search("download the HTML at a URL", k=1)] == ["fetch_url"]
     assert len(b.tools.list()) == len(CATALOG)
 
     a.tools.register(ToolRecord(name="transcribe_audio", description="Transcribe spoken audio recordings into text"))
@@ -404,20 +410,15 @@ while not os.path.exists(gate):
         sys.exit("gate never opened")
     time.sleep(0.002)
 for i in range(n):
-    ws.tools.register(ToolRecord(name=f"own_{worker}", description=f"revision {i} of worker {worker}"))
-    hit = ws.tools.search(f"revision {i} of worker {worker}", k=1, mode="semantic")[0]
+    # "r{i}w{worker}" is one token only the fresh revision carries: a stale vector cannot match it
+    ws.tools.register(ToolRecord(name=f"own_{worker}", description=f"revision r{i}w{worker} of worker {worker}"))
+    hit = ws.tools.search(f"revision r{i}w{worker} of worker {worker}", k=1, mode="semantic")[0]
     assert hit.name == f"own_{worker}", hit
 ws.close()
 """
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="VectorIndex.save writes every process's index to the same '<kind>-<slug>.tmp' file "
-    "and os.replace()s it: when two processes search at once one of them fails with "
-    "FileNotFoundError (or installs the other's half-written file)",
-)
 def test_concurrent_processes_registering_and_searching(tmp_path):
     """Several processes that register and search in a loop. A race shows up in most rounds;
     up to 8 rounds make its absence a real signal (a fixed library runs all 8, ~20 s)."""
@@ -455,12 +456,6 @@ def test_concurrent_processes_registering_and_searching(tmp_path):
         ws.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Database.__init__ runs _check_is_ours on any non-empty tea.db; a database that another "
-    "process is still creating (header written, schema transaction not committed) is refused "
-    "with 'no such table: meta' instead of waiting for the write lock",
-)
 def test_opening_while_another_process_creates_the_database(tmp_path):
     from tea_notebook.store.database import _SCHEMA, FORMAT, SCHEMA_VERSION
 
@@ -656,13 +651,13 @@ def test_embedder_choice_is_remembered(tmp_path):
     ws = make_ws(path, embedder="hashing:64")
     assert ws.embedder.id == "hashing-64"
     fill(ws)
-    first = hits(ws, "download a web page", mode="semantic")
+    first = hits(ws, "download the HTML at a URL", mode="semantic")
     ws.close()
 
     again = tea_notebook.Workspace(path)  # no embedder argument
     assert again.embedder.id == "hashing-64"
-    assert hits(again, "download a web page", mode="semantic") == first
-    side = json.loads(next((path / "vectors").glob("*.faiss")).with_suffix(".json").read_text())
+    assert hits(again, "download the HTML at a URL", mode="semantic") == first
+    side = index_header(next((path / "vectors").glob("*.faiss")))
     assert side["dim"] == 64
     again.close()
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from tea_notebook.errors import ManifestError
+from tea_notebook.errors import ManifestError, TeaError
 from tea_notebook.protocol.records import ToolRecord
 
 if TYPE_CHECKING:
@@ -109,6 +109,10 @@ def _read(path: Path) -> list[ToolRecord]:
             raise ManifestError(f"{path}: tool {name!r}: field {where!r}: {first['msg']}") from None
         if rec.name in seen:
             raise ManifestError(f"{path}: tool {rec.name!r} appears twice")
+        bad = [r.type for r in rec.relations if r.type not in ToolRecord.RELATION_TYPES]
+        if bad:
+            allowed = ", ".join(sorted(ToolRecord.RELATION_TYPES))
+            raise ManifestError(f"{path}: tool {rec.name!r}: relation type {bad[0]!r} is not one of {allowed}")
         seen.add(rec.name)
         records.append(rec)
     return records
@@ -127,10 +131,19 @@ def import_manifest(tools: "ToolRegistry", path: str | Path, *, trust_code: bool
     for rec in records:
         current = tools.get(rec.name) if rec.name in tools else None
         incoming = rec.model_copy(update={"trusted": trust_code and bool(rec.source)})
+        same_content = (
+            current is not None
+            and current.content_hash() == incoming.model_copy(update={"trusted": current.trusted}).content_hash()
+        )
         if current is None:
             report.added.append(rec.name)
-        elif current.content_hash() == incoming.model_copy(update={"trusted": current.trusted}).content_hash():
+        elif same_content and (current.trusted or not incoming.trusted):
             report.unchanged.append(rec.name)
+            continue
+        elif same_content:
+            report.updated.append(rec.name)  # the same code, now trusted
+        elif rec.version and rec.version < current.version:
+            report.skipped_older.append(rec.name)
             continue
         elif rec.version and rec.version < current.version:
             report.skipped_older.append(rec.name)
@@ -139,7 +152,10 @@ def import_manifest(tools: "ToolRegistry", path: str | Path, *, trust_code: bool
             report.updated.append(rec.name)
         to_register.append(incoming)
     if to_register:
-        tools.register_many(to_register, note=f"manifest {Path(path).name}")
+        try:
+            tools.register_many(to_register, note=f"manifest {Path(path).name}")
+        except TeaError as exc:
+            raise ManifestError(f"{path}: {exc}") from None
     return report
 
 
@@ -176,7 +192,7 @@ class ManifestWatcher:
         self._digest = digest
         try:
             self.last_report = import_manifest(self.tools, self.path, trust_code=self.trust_code)
-        except ManifestError as exc:
+        except TeaError as exc:
             self.last_error = str(exc)
             log.warning("manifest reload skipped: %s", exc)
             return False

@@ -86,6 +86,13 @@ class Record(BaseModel):
         """The text that is embedded and keyword-indexed for retrieval."""
         return f"{self.name.replace('_', ' ')}: {self.description}"
 
+    def search_views(self) -> list[tuple[str, float]]:
+        """Texts embedded separately and summed with weights into the record's one vector.
+
+        Separate views keep a short, telling name from being drowned by a long description.
+        """
+        return [(self.name.replace("_", " "), 1.0), (self.description, 1.0)]
+
     def related(self, type_: str) -> list[str]:
         """Targets of this record's relations of one type."""
         return [r.target for r in self.relations if r.type == type_]
@@ -128,6 +135,14 @@ class ToolRecord(Record):
             text += f" Parameters: {params}."
         where = ", ".join(x for x in (self.category, self.toolkit) if x and x != "general")
         return f"{text} ({where})" if where else text
+
+    def search_views(self) -> list[tuple[str, float]]:
+        """Name, description and schema (parameters with the name as context), schema at half weight."""
+        views = super().search_views()
+        params = _schema_words(self.parameters)
+        if params:
+            views.append((f"{self.name.replace('_', ' ')}: {params}", 0.5))
+        return views
 
     def to_openai(self) -> dict[str, Any]:
         """The OpenAI function-calling form of this tool."""
@@ -224,6 +239,14 @@ class AgentRecord(Record):
     tools: list[str] = Field(default_factory=list)
     max_steps: int | None = None
     usage: UsageStats = Field(default_factory=UsageStats)
+
+    def search_views(self) -> list[tuple[str, float]]:
+        """Name, description with role, and competencies / capabilities (task–agent matching)."""
+        views = [(self.name.replace("_", " "), 1.0), (f"{self.role}. {self.description}".strip(". "), 1.0)]
+        skills = [*self.competencies, *self.capabilities, *self.objectives]
+        if skills:
+            views.append(("; ".join(skills), 0.75))
+        return views
 
     def search_text(self) -> str:
         """Role, description, competencies, objectives and capabilities (task–agent matching)."""

@@ -125,6 +125,7 @@ class Registry(Generic[R]):
         self._ids: dict[str, int] = {}
         self._names: dict[int, str] = {}
         self._texts: dict[str, str] = {}
+        self._views: dict[str, str] = {}
         self._keyword = KeywordIndex()
         self._records: dict[str, R] = {}
         self._vectors: VectorIndex | None = None
@@ -193,16 +194,16 @@ class Registry(Generic[R]):
                 raise RegistryError(self._explain(exc, str(getattr(record, "name", "?")))) from None
             rt = runtime if runtime is not None else rt
             self._check_relations(record)
-            text = record.search_text()
-            prepared.append((record, rt, text))
+            views = json.dumps(record.search_views())
+            prepared.append((record, rt, record.search_text(), views))
         if embeddings is not None:
             embeddings = np.asarray(embeddings, dtype=np.float32).reshape(len(prepared), -1)
         with self._db.transaction() as cur:
             results = []
-            for record, _, text in prepared:
+            for record, _, text, views in prepared:
                 data = json.dumps(record.content())
                 version, _created = self._db.put_version(
-                    cur, self.kind, record.name, record.content_hash(), data, text, note
+                    cur, self.kind, record.name, record.content_hash(), data, text, views, note
                 )
                 results.append(version)
             if embeddings is not None:
@@ -210,12 +211,12 @@ class Registry(Generic[R]):
                 cur.executemany(
                     "INSERT OR REPLACE INTO embeddings VALUES (?,?,?,?)",
                     [
-                        (self.workspace.embedder.id, _text_hash(text), vecs.shape[1], vecs[i].tobytes())
-                        for i, (_, _, text) in enumerate(prepared)
+                        (self.workspace.embedder.id, _record_key(views), vecs.shape[1], vecs[i].tobytes())
+                        for i, (_, _, _, views) in enumerate(prepared)
                     ],
                 )
         out = []
-        for (record, rt, _), version in zip(prepared, results):
+        for (record, rt, _, _), version in zip(prepared, results):
             stored = record.model_copy(update={"version": version})
             if rt is not None:
                 self._runtimes[self._runtime_key(stored)] = rt
@@ -355,19 +356,22 @@ class Registry(Generic[R]):
                         self._names.pop(doc, None)
                         self._keyword.remove(doc)
                     self._texts.pop(name, None)
+                    self._views.pop(name, None)
                     self._records.pop(name, None)
                     continue
                 doc = self._ids.get(name) or self._db.entity_id(self.kind, name)
                 self._ids[name], self._names[doc] = doc, name
                 self._texts[name] = head.text
+                self._views[name] = head.views
                 self._keyword.upsert(doc, head.text)
                 if self._records or records:
                     self._records[name] = self._parse(head.data, head.version)
             self._seq = last
 
     def _load_all(self, last: int, records: bool) -> None:
-        for doc, name, text in self._db.head_texts(self.kind):
+        for doc, name, text, views in self._db.head_texts(self.kind):
             self._ids[name], self._names[doc], self._texts[name] = doc, name, text
+            self._views[name] = views
             self._keyword.upsert(doc, text)
         if records:
             self._records = {v.name: self._parse(v.data, v.version) for v in self._db.heads(self.kind)}
@@ -395,27 +399,39 @@ class Registry(Generic[R]):
         return vecs
 
     def _vectors_for(self, names: list[str]) -> np.ndarray:
-        """Vectors of current records' texts: cached in the database, embedded when missing."""
-        texts = [self._texts[n] for n in names]
-        hashes = [_text_hash(t) for t in texts]
+        """Record vectors: the normalised weighted sum of the record's view embeddings.
+
+        Both record vectors and view vectors are cached in the database by content hash, so
+        re-registering, rolling back or reopening never embeds the same text twice.
+        """
+        if not names:
+            return np.empty((0, 0), np.float32)
         eid = self.workspace.embedder.id
-        cached = self._db.get_vectors(eid, list(set(hashes)))
-        missing = sorted({h: t for h, t in zip(hashes, texts) if h not in cached}.items())
-        if missing:
-            log.info("embedding %d %s texts with %s", len(missing), self.kind, eid)
-            fresh: dict[str, np.ndarray] = {}
-            for start in range(0, len(missing), 256):
-                chunk = missing[start : start + 256]
-                vecs = self._embed([t for _, t in chunk])
-                fresh.update({h: v for (h, _), v in zip(chunk, vecs)})
-            self._db.put_vectors(eid, fresh)
-            cached.update(fresh)
+        keys = [_record_key(self._views[n]) for n in names]
+        cached = self._db.get_vectors(eid, list(set(keys)))
+        todo = {k: json.loads(self._views[n]) for n, k in zip(names, keys) if k not in cached}
+        if todo:
+            texts = sorted({t for views in todo.values() for t, _ in views})
+            view_vecs = self._db.get_vectors(eid, [_text_key(t) for t in texts])
+            missing = [t for t in texts if _text_key(t) not in view_vecs]
+            if missing:
+                log.info("embedding %d %s texts with %s", len(missing), self.kind, eid)
+                fresh: dict[str, np.ndarray] = {}
+                for start in range(0, len(missing), 256):
+                    chunk = missing[start : start + 256]
+                    fresh.update({_text_key(t): v for t, v in zip(chunk, self._embed(chunk))})
+                self._db.put_vectors(eid, fresh)
+                view_vecs.update(fresh)
+            combined: dict[str, np.ndarray] = {}
+            for key, views in todo.items():
+                vec = sum(w * view_vecs[_text_key(t)] for t, w in views)
+                combined[key] = (vec / max(float(np.linalg.norm(vec)), 1e-12)).astype(np.float32)
+            self._db.put_vectors(eid, combined)
+            cached.update(combined)
         dims = {v.shape[0] for v in cached.values()}
         if len(dims) > 1:
             raise EmbeddingError(f"embedder {eid!r} produced vectors of different sizes {sorted(dims)}")
-        if not names:
-            return np.empty((0, 0), np.float32)
-        return np.stack([cached[h] for h in hashes])
+        return np.stack([cached[k] for k in keys])
 
     def _sync_vectors(self) -> VectorIndex | None:
         """Bring the vector index up to the registry's state (embedding what is new).
@@ -432,6 +448,10 @@ class Registry(Generic[R]):
                 index = VectorIndex.load(path, probe.shape[1])
                 if index is not None:
                     self._saved_seq = index.seq
+                    if index.seq > self._seq:
+                        self._sync()  # another process saved a newer index: catch up to it first
+                    if index.seq > self._seq:
+                        index = None
             if index is not None and index.seq == self._seq:
                 self._vectors = index
                 return index
@@ -490,7 +510,7 @@ class Registry(Generic[R]):
         return vec
 
     def search(
-        self, query: str, k: int = 5, *, mode: str = "hybrid", keyword_weight: float = 0.3, **where: Any
+        self, query: str, k: int = 5, *, mode: str = "hybrid", keyword_weight: float = 0.2, **where: Any
     ) -> list[SearchHit[R]]:
         """Top-k records for a query: ``mode`` is ``hybrid`` (BM25 + embeddings), ``semantic`` or ``keyword``.
 
@@ -673,8 +693,14 @@ class Registry(Generic[R]):
         return run_sync(coro)  # type: ignore[arg-type]
 
 
-def _text_hash(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
+def _text_key(text: str) -> str:
+    """Cache key of one embedded text."""
+    return hashlib.sha256(b"text:" + text.encode()).hexdigest()
+
+
+def _record_key(views: str) -> str:
+    """Cache key of a record vector (its views, serialised)."""
+    return hashlib.sha256(b"record:" + views.encode()).hexdigest()
 
 
 def not_found_result(label: str, message: str) -> InvokeResult:

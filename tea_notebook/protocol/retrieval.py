@@ -24,7 +24,7 @@ _STOP = frozenset(
 def tokenize(text: str) -> list[str]:
     """Lower-case word tokens without stop words; snake_case and camelCase are split."""
     text = re.sub(r"([a-z])([A-Z])", r"\1 \2", text).replace("_", " ").lower()
-    return [_stem(t) for t in _TOKEN.findall(text) if t not in _STOP]
+    return [_stem(t) for t in _TOKEN.findall(text) if len(t) > 1 and t not in _STOP]
 
 
 def _stem(token: str) -> str:
@@ -93,19 +93,28 @@ class KeywordIndex:
         return cached
 
     def search(self, query: str, k: int, allowed: set[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """Top-k ``(ids, bm25 scores)`` for a query; only ids in ``allowed`` when given."""
+        """Top-k ``(ids, scores)`` for a query; only ids in ``allowed`` when given.
+
+        Scores are BM25 divided by what a document of average length containing every query term
+        once would score (the sum of the terms' idf), capped at 1: 1.0 means "matches all of the
+        query", and a document sharing one incidental word with a long query scores low, whatever
+        the other documents do.
+        """
         n = len(self._docs)
         if n == 0:
             return np.empty(0, np.int64), np.empty(0, np.float32)
         avg = self._total / n if self._total else 1.0
         acc_ids: list[np.ndarray] = []
         acc_scores: list[np.ndarray] = []
+        ceiling = 0.0
         for term in set(tokenize(query)):
             posting = self._posting(term)
+            df = 0 if posting is None else len(posting[0])
+            idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
+            ceiling += idf
             if posting is None:
                 continue
             ids, tfs = posting
-            idf = math.log(1 + (n - len(ids) + 0.5) / (len(ids) + 0.5))
             lens = self._lengths[ids]
             part = idf * tfs * (self.k1 + 1) / (tfs + self.k1 * (1 - self.b + self.b * lens / avg))
             acc_ids.append(ids)
@@ -124,7 +133,7 @@ class KeywordIndex:
             top = np.argpartition(-summed, k)[:k]
             uniq, summed = uniq[top], summed[top]
         order = np.argsort(-summed, kind="stable")
-        return uniq[order], summed[order]
+        return uniq[order], np.minimum(summed[order] / max(ceiling, 1e-9), 1.0)
 
 
 R = TypeVar("R")
@@ -152,23 +161,22 @@ def fuse(
     semantic: dict[int, float],
     keyword: dict[int, float],
     usage_prior: dict[int, float] | None = None,
-    keyword_weight: float = 0.3,
+    keyword_weight: float = 0.2,
 ) -> list[tuple[int, float, float, float]]:
-    """Combine cosine and BM25 into one score per id: ``(id, score, cosine, bm25 normalised)``.
+    """Combine cosine and normalised BM25 (both in [0, 1]-ish ranges) into one score per id:
+    ``(id, score, cosine, keyword)``.
 
-    BM25 is divided by the best BM25 among the candidates so both parts live in [0, 1]-ish ranges.
-    A candidate only one side found gets the other side's weakest value, not zero, so a strong
-    keyword match is not sunk by a missing vector neighbour.
+    A candidate only the keyword side found gets the weakest retrieved cosine, not zero, so a
+    strong keyword match is not sunk by a missing vector neighbour.
     """
     ids = set(semantic) | set(keyword)
     if not ids:
         return []
-    top_kw = max(keyword.values(), default=0.0) or 1.0
     floor_sem = min(semantic.values(), default=0.0)
     out = []
     for i in ids:
         sem = semantic.get(i, floor_sem)
-        kw = keyword.get(i, 0.0) / top_kw
+        kw = keyword.get(i, 0.0)
         score = (1 - keyword_weight) * sem + keyword_weight * kw
         if usage_prior:
             score += usage_prior.get(i, 0.0)

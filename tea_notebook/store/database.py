@@ -29,7 +29,7 @@ CREATE TABLE IF NOT EXISTS entities(
     kind TEXT NOT NULL, name TEXT NOT NULL, UNIQUE(kind, name));
 CREATE TABLE IF NOT EXISTS versions(
     kind TEXT NOT NULL, name TEXT NOT NULL, version INTEGER NOT NULL,
-    hash TEXT NOT NULL, data TEXT NOT NULL, text TEXT NOT NULL,
+    hash TEXT NOT NULL, data TEXT NOT NULL, text TEXT NOT NULL, views TEXT NOT NULL,
     created_at REAL NOT NULL, note TEXT NOT NULL DEFAULT '',
     PRIMARY KEY(kind, name, version));
 CREATE TABLE IF NOT EXISTS heads(
@@ -60,6 +60,7 @@ class StoredVersion:
     hash: str
     data: str
     text: str
+    views: str
     created_at: float
     note: str
 
@@ -83,8 +84,11 @@ def _check_is_ours(path: Path) -> None:
     if head != _SQLITE_MAGIC:
         raise WorkspaceError(f"{path} is not a tea_notebook database (not an SQLite file)")
     try:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=60.0)
         try:
+            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            if not tables:
+                return  # a database another process is creating right now: ours to finish
             rows = dict(conn.execute("SELECT key, value FROM meta").fetchall())
             conn.execute("SELECT count(*) FROM versions").fetchone()
         finally:
@@ -169,6 +173,7 @@ class Database:
         hash_: str,
         data: str,
         text: str,
+        views: str,
         note: str = "",
     ) -> tuple[int, bool]:
         """Make ``data`` the current version of ``name`` inside an open transaction.
@@ -189,8 +194,8 @@ class Database:
         version = (last or 0) + 1
         now = time.time()
         cur.execute(
-            "INSERT INTO versions VALUES (?,?,?,?,?,?,?,?)",
-            (kind, name, version, hash_, data, text, now, note),
+            "INSERT INTO versions VALUES (?,?,?,?,?,?,?,?,?)",
+            (kind, name, version, hash_, data, text, views, now, note),
         )
         cur.execute("INSERT OR REPLACE INTO heads VALUES (?,?,?)", (kind, name, version))
         cur.execute("INSERT OR IGNORE INTO entities(kind, name) VALUES (?,?)", (kind, name))
@@ -259,10 +264,10 @@ class Database:
         )
         return [StoredVersion(*r) for r in rows]
 
-    def head_texts(self, kind: str) -> list[tuple[int, str, str]]:
-        """``(entity id, name, search text)`` of every current record of a kind."""
+    def head_texts(self, kind: str) -> list[tuple[int, str, str, str]]:
+        """``(entity id, name, keyword text, embedding views)`` of every current record of a kind."""
         return self._read(
-            "SELECT e.id, h.name, v.text FROM heads h "
+            "SELECT e.id, h.name, v.text, v.views FROM heads h "
             "JOIN versions v ON v.kind=h.kind AND v.name=h.name AND v.version=h.version "
             "JOIN entities e ON e.kind=h.kind AND e.name=h.name WHERE h.kind=?",
             (kind,),

@@ -6,6 +6,7 @@ keeps single queries well under a millisecond at 100k. Vectors must be L2-normal
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -118,33 +119,47 @@ class VectorIndex:
         return ids[0][keep], scores[0][keep]
 
     # -- files --------------------------------------------------------------------------
+    # One file: a magic line, a JSON header line (seq, dim, kind, sha256 of the body), then the
+    # serialised faiss index. Written to a unique temporary name and renamed into place, so two
+    # processes saving at once never mix files, and a reader sees one whole file or the other.
+    _MAGIC = b"TEAVEC1\n"
+
     def save(self, path: Path) -> None:
-        """Write the index and its sidecar atomically."""
+        """Write the index atomically."""
         faiss = _faiss()
+        body = faiss.serialize_index(self._index).tobytes()
+        header = {
+            "seq": self.seq,
+            "dim": self.dim,
+            "trained_on": self._trained_on,
+            "sha256": hashlib.sha256(body).hexdigest(),
+        }
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        faiss.write_index(self._index, str(tmp))
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        with open(tmp, "wb") as fh:
+            fh.write(self._MAGIC + json.dumps(header).encode() + b"\n" + body)
         os.replace(tmp, path)
-        side = {"seq": self.seq, "dim": self.dim, "trained_on": self._trained_on}
-        tmp_side = path.with_suffix(".json.tmp")
-        tmp_side.write_text(json.dumps(side))
-        os.replace(tmp_side, path.with_suffix(".json"))
 
     @classmethod
     def load(cls, path: Path, dim: int, ivf_threshold: int = 20_000) -> "VectorIndex | None":
         """Read a saved index; None when missing, foreign or damaged (the caller rebuilds it)."""
-        side_path = path.with_suffix(".json")
-        if not path.exists() or not side_path.exists():
+        try:
+            raw = path.read_bytes()
+        except OSError:
             return None
         try:
-            side = json.loads(side_path.read_text())
-            if int(side["dim"]) != dim:
+            if not raw.startswith(cls._MAGIC):
                 return None
-            index = _faiss().read_index(str(path))
+            end = raw.index(b"\n", len(cls._MAGIC))
+            header = json.loads(raw[len(cls._MAGIC) : end])
+            body = raw[end + 1 :]
+            if int(header["dim"]) != dim or hashlib.sha256(body).hexdigest() != header["sha256"]:
+                return None
+            index = _faiss().deserialize_index(np.frombuffer(body, dtype=np.uint8))
         except Exception:  # noqa: BLE001 - any damage means "rebuild from the database"
             return None
         out = cls(dim, ivf_threshold)
         out._index = index
-        out.seq = int(side["seq"])
-        out._trained_on = int(side.get("trained_on", 0))
+        out.seq = int(header["seq"])
+        out._trained_on = int(header.get("trained_on", 0))
         return out
