@@ -5,14 +5,23 @@ from __future__ import annotations
 import contextvars
 from pathlib import Path
 
+from typing import TYPE_CHECKING, Any
+
 from tea_notebook.errors import TeaError, WorkspaceError
 from tea_notebook.models.embedders import Embedder, embedder_spec, resolve_embedder
 from tea_notebook.protocol.acp import AgentRegistry
 from tea_notebook.protocol.context import Context
 from tea_notebook.protocol.ecp import EnvironmentRegistry
-from tea_notebook.protocol.records import AgentRecord, EnvironmentRecord, ToolkitRecord, ToolRecord
+from tea_notebook.protocol.records import AgentRecord, EnvironmentRecord, MemoryRecord, ToolkitRecord, ToolRecord
+from tea_notebook.protocol.registry import Registry
 from tea_notebook.protocol.tcp import ToolkitRegistry, ToolRegistry
 from tea_notebook.store.database import Database
+
+if TYPE_CHECKING:
+    from tea_notebook.runtime.agent import Agent, RunResult
+    from tea_notebook.runtime.events import EventLog
+    from tea_notebook.runtime.memory import MemoryStore
+    from tea_notebook.runtime.trajectory import Trajectory
 
 _current: contextvars.ContextVar["Workspace | None"] = contextvars.ContextVar("tea_workspace", default=None)
 _DEFAULT_PATH = ".tea"
@@ -26,7 +35,9 @@ class Workspace:
     ``"hashing"`` (tests only) or an object; a named choice is remembered by the workspace.
     """
 
-    def __init__(self, path: str | Path = _DEFAULT_PATH, *, embedder: "str | Embedder | None" = None):
+    def __init__(
+        self, path: str | Path = _DEFAULT_PATH, *, embedder: "str | Embedder | None" = None, model: str | None = None
+    ):
         self.path = Path(path).expanduser().resolve()
         if self.path.exists() and not self.path.is_dir():
             raise WorkspaceError(f"workspace path {self.path} exists and is not a folder")
@@ -35,6 +46,7 @@ class Workspace:
         except OSError as exc:
             raise WorkspaceError(f"cannot create workspace folder {self.path}: {exc.strerror}") from None
         self.db = Database(self.path / "tea.db")
+        self._events = None
         stored = self.db.meta("embedder")
         self.embedder = resolve_embedder(embedder if embedder is not None else stored)
         spec = embedder_spec(self.embedder)
@@ -44,6 +56,70 @@ class Workspace:
         self.toolkits = ToolkitRegistry(self, ToolkitRecord)
         self.envs = EnvironmentRegistry(self, EnvironmentRecord)
         self.agents = AgentRegistry(self, AgentRecord)
+        self.memory: Registry[MemoryRecord] = Registry(self, MemoryRecord)
+        if model is not None:
+            self.default_model = model
+
+    # -- runtime ----------------------------------------------------------------------------
+    @property
+    def default_model(self) -> str | None:
+        """The workspace's default model (remembered in the database), or None."""
+        return self.db.meta("default_model") or None
+
+    @default_model.setter
+    def default_model(self, value: str | None) -> None:
+        self.db.set_meta("default_model", value or "")
+
+    @property
+    def events(self) -> "EventLog":
+        """The workspace's event stream (subscribe to follow runs live)."""
+        if self._events is None:
+            from tea_notebook.runtime.events import EventLog
+
+            self._events = EventLog(self.db)
+        return self._events
+
+    @property
+    def memory_store(self) -> "MemoryStore":
+        """Summaries and insights of past runs."""
+        from tea_notebook.runtime.memory import MemoryStore
+
+        return MemoryStore(self.memory)
+
+    def agent(self, name: str = "agent", **options: Any) -> "Agent":
+        """A tool-calling agent in this workspace (see :class:`tea_notebook.runtime.agent.Agent`)."""
+        from tea_notebook.runtime.agent import Agent
+
+        return Agent(self, name, **options)
+
+    def planner(self, sub_agents: list[str], name: str = "planner", **options: Any) -> "Agent":
+        """The planning agent: todo tool, sub-agents as tools (A2T), the paper's delegation rules."""
+        from tea_notebook.agents.planner import make_planner
+
+        return make_planner(self, sub_agents, name=name, **options)
+
+    def runs(self, limit: int = 20) -> list[dict]:
+        """Recent top-level runs, newest first."""
+        return self.db.runs(limit)
+
+    def trajectory(self, run_id: str) -> "Trajectory":
+        """A run rebuilt from its events."""
+        from tea_notebook.runtime.trajectory import Trajectory
+
+        return Trajectory.load(self, run_id)
+
+    async def fork(self, run_id: str, step: int, *, model: str | None = None, agent: "Agent | None" = None) -> "RunResult":
+        """Replay the first ``step`` steps of a run from its events, then continue live (same task)."""
+        from tea_notebook.runtime.agent import steps_from_events
+
+        row = self.db.run_row(run_id)
+        if row is None:
+            raise TeaError(f"no run {run_id!r} to fork")
+        runner = agent or self.agent(row["agent"], model=row["model"], register=False)
+        replay = steps_from_events(self.events.events(row["id"], nested=False), step)
+        if len(replay) < step:
+            raise TeaError(f"run {row['id']} has only {len(replay)} steps; cannot fork from step {step}")
+        return await runner.run(row["task"], model=model, _replay=replay, _fork=(row["id"], step))
 
     def context(self, name: str | None = None) -> Context:
         """A new run context for bind / route / invoke (``with ws.context() as ctx:``)."""
@@ -60,7 +136,7 @@ class Workspace:
         """Write pending index files and close the database connection."""
         if _current.get() is self:
             _current.set(None)
-        for registry in (self.tools, self.toolkits, self.envs, self.agents):
+        for registry in (self.tools, self.toolkits, self.envs, self.agents, self.memory):
             registry.flush()
         self.db.close()
 

@@ -29,7 +29,8 @@ AGENT_TASK_SCHEMA: dict[str, Any] = {
 
 class AgentRegistry(Registry[AgentRecord]):
     """Agents. ``register(record, runtime=runner)`` attaches ``runner(task, files=[...])`` (sync or
-    async) that runs the agent in this process; the agent loop itself arrives with the runtime."""
+    async; with a ``context`` parameter it also receives the caller's run context) that runs the
+    agent in this process. :class:`tea_notebook.runtime.agent.Agent` registers itself this way."""
 
     def _describe_extra(self, record: AgentRecord) -> list[str]:
         out = [f"role: {record.role}"] if record.role else []
@@ -81,7 +82,7 @@ class AgentRegistry(Registry[AgentRecord]):
         except NotFoundError as exc:
             return not_found_result(name, str(exc))
         args = {"task": task, "files": list(files or [])}
-        return await self._invoke(name, name, AGENT_TASK_SCHEMA, args, self._runner_call(name), context, rec.version)
+        return await self._invoke(name, name, AGENT_TASK_SCHEMA, args, self._runner_call(name, context), context, rec.version)
 
     def invoke(
         self, name: str, task: str, files: list[str] | None = None, context: Context | None = None
@@ -89,15 +90,18 @@ class AgentRegistry(Registry[AgentRecord]):
         """Synchronous :meth:`ainvoke`."""
         return self._sync_invoke(self.ainvoke(name, task, files, context))
 
-    def _runner_call(self, name: str):
+    def _runner_call(self, name: str, context: Context | None):
         runner = self._runtimes.get(name)
 
         def call(args: dict[str, Any]) -> Any:
             if runner is None:
                 raise RuntimeError(f"agent {name!r} has no runner in this process")
-            if inspect.iscoroutinefunction(runner):
-                return runner(**args)
-            return asyncio.to_thread(runner, **args)
+            kwargs = dict(args)
+            if context is not None and "context" in inspect.signature(runner).parameters:
+                kwargs["context"] = context  # nested runs hang under the caller's run
+            if inspect.iscoroutinefunction(runner) or inspect.iscoroutinefunction(getattr(runner, "__call__", None)):
+                return runner(**kwargs)
+            return asyncio.to_thread(runner, **kwargs)
 
         return call
 

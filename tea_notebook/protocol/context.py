@@ -17,8 +17,12 @@ class Context:
     ``with ws.context() as ctx:`` unbinds everything when the block ends.
     """
 
-    def __init__(self, name: str | None = None):
+    def __init__(self, name: str | None = None, parent: "Context | None" = None):
         self.id = name or uuid.uuid4().hex[:12]
+        self.parent = parent
+        # a run tree shares one stop signal: cancelling the root stops every sub-agent
+        self.cancel: threading.Event = parent.cancel if parent is not None else threading.Event()
+        self.root: str = parent.root if parent is not None else self.id
         self._bound: dict[str, list[str]] = {}
         self._state: dict[str, dict[str, Any]] = {}
         self._ran_ok: set[str] = set()

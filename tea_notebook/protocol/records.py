@@ -261,7 +261,20 @@ class AgentRecord(Record):
         return " ".join(b for b in bits if b)
 
 
-RecordKind = Literal["tool", "toolkit", "environment", "agent"]
+class MemoryRecord(Record):
+    """A summary or insight an agent's memory kept from a run (searchable by later runs)."""
+
+    KIND: ClassVar[str] = "memory"
+    kind: Literal["summary", "insight"] = "summary"
+    run_id: str = ""
+    task: str = ""
+
+    def search_views(self) -> list[tuple[str, float]]:
+        """The text itself, and the task it came from at half weight."""
+        return [(self.description, 1.0), (self.task, 0.5)] if self.task else [(self.description, 1.0)]
+
+
+RecordKind = Literal["tool", "toolkit", "environment", "agent", "memory"]
 RECORD_TYPES: dict[str, type[Record]] = {
-    t.KIND: t for t in (ToolRecord, ToolkitRecord, EnvironmentRecord, AgentRecord)
+    t.KIND: t for t in (ToolRecord, ToolkitRecord, EnvironmentRecord, AgentRecord, MemoryRecord)
 }

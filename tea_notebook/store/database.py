@@ -44,6 +44,14 @@ CREATE TABLE IF NOT EXISTS usage(
     calls INTEGER NOT NULL DEFAULT 0, failures INTEGER NOT NULL DEFAULT 0,
     timed INTEGER NOT NULL DEFAULT 0, total_latency REAL NOT NULL DEFAULT 0, last_used REAL,
     PRIMARY KEY(kind, name));
+CREATE TABLE IF NOT EXISTS runs(
+    id TEXT PRIMARY KEY, parent_id TEXT, agent TEXT NOT NULL, task TEXT NOT NULL,
+    model TEXT NOT NULL DEFAULT '', status TEXT NOT NULL, started REAL NOT NULL, ended REAL,
+    answer TEXT, forked_from TEXT, fork_step INTEGER);
+CREATE TABLE IF NOT EXISTS events(
+    seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL UNIQUE, run_id TEXT NOT NULL,
+    parent_id TEXT, type TEXT NOT NULL, step INTEGER, time REAL NOT NULL, data TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS events_by_run ON events(run_id, seq);
 CREATE TABLE IF NOT EXISTS embeddings(
     embedder TEXT NOT NULL, text_hash TEXT NOT NULL, dim INTEGER NOT NULL, vector BLOB NOT NULL,
     PRIMARY KEY(embedder, text_hash));
@@ -63,6 +71,11 @@ class StoredVersion:
     views: str
     created_at: float
     note: str
+
+
+_RUN_COLUMNS = (
+    "id", "parent_id", "agent", "task", "model", "status", "started", "ended", "answer", "forked_from", "fork_step",
+)
 
 
 @dataclass(frozen=True)
@@ -320,6 +333,65 @@ class Database:
             (kind,),
         )
         return {r[0]: tuple(r[1:]) for r in rows}  # type: ignore[misc]
+
+    # -- runs and events ----------------------------------------------------------------
+    def start_run(self, row: dict) -> None:
+        """Insert a run row (status 'running')."""
+        with self.transaction() as cur:
+            cur.execute(
+                "INSERT INTO runs(id, parent_id, agent, task, model, status, started, forked_from, fork_step) "
+                "VALUES (:id, :parent_id, :agent, :task, :model, 'running', :started, :forked_from, :fork_step)",
+                row,
+            )
+
+    def finish_run(self, run_id: str, status: str, answer: str | None) -> None:
+        """Record how a run ended."""
+        with self.transaction() as cur:
+            cur.execute(
+                "UPDATE runs SET status=?, answer=?, ended=? WHERE id=?", (status, answer, time.time(), run_id)
+            )
+
+    def append_events(self, rows: list[tuple]) -> None:
+        """Append events ``(id, run_id, parent_id, type, step, time, data)`` in one transaction."""
+        with self.transaction() as cur:
+            cur.executemany(
+                "INSERT INTO events(id, run_id, parent_id, type, step, time, data) VALUES (?,?,?,?,?,?,?)", rows
+            )
+
+    def run_row(self, run_id: str) -> dict | None:
+        """One run's row as a dict (an unambiguous id prefix works too)."""
+        rows = self._read("SELECT * FROM runs WHERE id=?", (run_id,))
+        if not rows:
+            rows = self._read("SELECT * FROM runs WHERE id LIKE ? LIMIT 2", (run_id + "%",))
+            if len(rows) != 1:
+                return None
+        return dict(zip(_RUN_COLUMNS, rows[0]))
+
+    def runs(self, limit: int = 50, parent_id: str | None = "") -> list[dict]:
+        """Newest runs first; by default top-level runs only (``parent_id=None`` for all)."""
+        if parent_id is None:
+            rows = self._read("SELECT * FROM runs ORDER BY started DESC LIMIT ?", (limit,))
+        elif parent_id == "":
+            rows = self._read("SELECT * FROM runs WHERE parent_id IS NULL ORDER BY started DESC LIMIT ?", (limit,))
+        else:
+            rows = self._read("SELECT * FROM runs WHERE parent_id=? ORDER BY started", (parent_id,))
+        return [dict(zip(_RUN_COLUMNS, r)) for r in rows]
+
+    def events_of(self, run_ids: list[str]) -> list[tuple]:
+        """Events of some runs in order: ``(seq, id, run_id, parent_id, type, step, time, data)``."""
+        if not run_ids:
+            return []
+        marks = ",".join("?" * len(run_ids))
+        return self._read(f"SELECT * FROM events WHERE run_id IN ({marks}) ORDER BY seq", tuple(run_ids))
+
+    def descendants(self, run_id: str) -> list[str]:
+        """The run and every run nested under it."""
+        out, frontier = [run_id], [run_id]
+        while frontier:
+            marks = ",".join("?" * len(frontier))
+            frontier = [r[0] for r in self._read(f"SELECT id FROM runs WHERE parent_id IN ({marks})", tuple(frontier))]
+            out += frontier
+        return out
 
     # -- embeddings ---------------------------------------------------------------------
     def get_vectors(self, embedder: str, text_hashes: list[str]) -> dict[str, np.ndarray]:

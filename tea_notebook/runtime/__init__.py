@@ -1,0 +1,1 @@
+"""The agent runtime: events, the agent loop, prompts, todo and memory."""

@@ -1,0 +1,526 @@
+"""The TEA tool-calling agent (AgentOrchestra App. I): a ReAct loop readable in one sitting.
+
+Each step: assemble the prompt from agent state, bound environments and routed tools → call the
+model → parse actions (native tool calls, or the paper's JSON) → run them in order (sub-agent
+dispatches concurrently) → record the step → fold old steps into summaries when over budget.
+Everything that happens is an event in the workspace store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
+
+from tea_notebook._sync import run_sync
+from tea_notebook.errors import TeaError
+from tea_notebook.models.client import ModelClient, ModelError, ModelReply, ToolCall, display_name, is_offline, resolve_model
+from tea_notebook.protocol.context import Context
+from tea_notebook.protocol.records import AgentRecord
+from tea_notebook.runtime.prompts import DONE_TOOL, StepRecord, build_messages
+from tea_notebook.runtime.todo import TodoList
+
+if TYPE_CHECKING:
+    from tea_notebook.runtime.trajectory import Trajectory
+    from tea_notebook.workspace import Workspace
+
+TODO_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "action": {"type": "string", "enum": ["add", "complete", "update", "list", "clear", "show", "export"]},
+        "steps": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "description": {"type": "string"},
+                    "priority": {"type": "string", "enum": ["high", "medium", "low"]},
+                    "category": {"type": "string"},
+                    "parameters": {"type": "object"},
+                },
+                "required": ["description"],
+            },
+        },
+        "step_id": {"type": "integer"},
+        "status": {"type": "string", "enum": ["success", "failed"]},
+        "result": {"type": "string"},
+        "description": {"type": "string"},
+        "priority": {"type": "string", "enum": ["high", "medium", "low"]},
+    },
+    "required": ["action"],
+    "additionalProperties": False,
+}
+TODO_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "todo",
+        "description": "Keep the plan in todo.md: add steps, complete/update a step, list, clear finished, show, export.",
+        "parameters": TODO_SCHEMA,
+    },
+}
+
+
+class RunInterrupted(TeaError):
+    """Raised inside a run when it is cancelled (turned into status 'interrupted')."""
+
+
+@dataclass
+class RunResult:
+    """What a run produced. ``trajectory`` is rebuilt from the stored events on first access."""
+
+    run_id: str
+    agent: str
+    task: str
+    model: str
+    status: str
+    answer: str
+    steps: int
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost: float = 0.0
+    files: list[str] = field(default_factory=list)
+    error: str | None = None
+    workspace: Any = field(default=None, repr=False)
+
+    @property
+    def success(self) -> bool:
+        """True when the agent finished the task and said it succeeded."""
+        return self.status == "success"
+
+    @property
+    def trajectory(self) -> "Trajectory":
+        """The run (with nested sub-agent runs) rebuilt from events."""
+        from tea_notebook.runtime.trajectory import Trajectory
+
+        return Trajectory.load(self.workspace, self.run_id)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready summary (what ``tea run --json`` prints)."""
+        return {
+            "run_id": self.run_id, "agent": self.agent, "status": self.status, "success": self.success,
+            "answer": self.answer, "steps": self.steps, "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens, "cost": self.cost, "model": self.model,
+            "files": self.files, "error": self.error,
+        }  # fmt: skip
+
+
+def _parse_json_object(text: str) -> dict[str, Any]:
+    """The JSON object in a model's text (code fences and prose around it tolerated)."""
+    cleaned = re.sub(r"^```(?:json)?\s*|\s*```$", "", text.strip())
+    start, end = cleaned.find("{"), cleaned.rfind("}")
+    if start < 0 or end < start:
+        raise ValueError("no JSON object found")
+    value = json.loads(cleaned[start : end + 1])
+    if not isinstance(value, dict):
+        raise ValueError("the JSON is not an object")
+    return value
+
+
+class Agent:
+    """A tool-calling agent bound to a workspace.
+
+    ``tools``: tool names to offer (default: routed from the registry by the task). ``sub_agents``:
+    ACP agents offered as tools (A2T). ``todo``: give it the todo tool (the planner has it).
+    The agent is registered in ACP under ``name`` with itself as runner, so other agents can call it.
+    """
+
+    def __init__(
+        self,
+        workspace: "Workspace",
+        name: str = "agent",
+        *,
+        description: str = "A general tool-calling agent.",
+        model: str | None = None,
+        tools: list[str] | None = None,
+        sub_agents: list[str] | None = None,
+        envs: list[str] | None = None,
+        todo: bool = False,
+        max_steps: int = 20,
+        max_actions: int = 3,
+        tool_mode: str = "auto",
+        memory_budget: int = 3000,
+        keep_recent_steps: int = 4,
+        max_consecutive_errors: int = 3,
+        tool_timeout: float = 300.0,
+        system_prompt: str | None = None,
+        client: ModelClient | None = None,
+        role: str = "",
+        register: bool = True,
+    ):
+        if tool_mode not in ("auto", "native", "json"):
+            raise ValueError("tool_mode must be 'auto', 'native' or 'json'")
+        self.workspace = workspace
+        self.name = name
+        self.description = description
+        self.model = model
+        self.tools = tools
+        self.sub_agents = list(sub_agents or [])
+        self.envs = list(envs or [])
+        self.todo = todo
+        self.max_steps = max_steps
+        self.max_actions = max_actions
+        self.tool_mode = tool_mode
+        self.memory_budget = memory_budget
+        self.keep_recent_steps = keep_recent_steps
+        self.max_consecutive_errors = max_consecutive_errors
+        self.tool_timeout = tool_timeout
+        self.system_prompt = system_prompt
+        self.client = client or ModelClient()
+        if register:
+            record = AgentRecord(
+                name=name, description=description, role=role, model=model, tools=list(tools or []),
+                max_steps=max_steps, relations=[{"type": "delegates_to", "target": a} for a in self.sub_agents],
+                origin="runtime",
+            )  # fmt: skip
+            workspace.agents.register(record, runtime=self._runner)
+
+    def __repr__(self) -> str:
+        return f"Agent({self.name!r}, model={self.resolved_model()[0]!r}, max_steps={self.max_steps})"
+
+    # -- public API -----------------------------------------------------------------------
+    def resolved_model(self, explicit: str | None = None) -> tuple[str, str]:
+        """The model this agent would use, and why."""
+        return resolve_model(explicit, self.model, self.workspace.default_model)
+
+    async def run(
+        self,
+        task: str,
+        files: list[str] | None = None,
+        *,
+        model: str | None = None,
+        context: Context | None = None,
+        max_steps: int | None = None,
+        _replay: list[StepRecord] | None = None,
+        _fork: tuple[str, int] | None = None,
+    ) -> RunResult:
+        """Run the agent on ``task``. Never raises for the task's own failures: see ``status``."""
+        return await _Run(self, task, list(files or []), model, context, max_steps or self.max_steps, _replay, _fork).execute()
+
+    def run_sync(self, task: str, files: list[str] | None = None, **kwargs: Any) -> RunResult:
+        """:meth:`run` from synchronous code, also inside a running event loop (a notebook cell)."""
+        return run_sync(self.run(task, files, **kwargs))
+
+    async def _runner(self, task: str, files: list[str] | None = None, context: Context | None = None) -> str:
+        """ACP runner: a sub-agent run nested under the caller's run; its answer, or an error."""
+        result = await self.run(task, files, context=context)
+        if result.status in ("error", "interrupted"):
+            raise RuntimeError(f"sub-agent {self.name} ended with status {result.status}: {result.error or result.answer}")
+        return result.answer if result.success else f"(sub-agent {self.name} did not succeed: {result.status}) {result.answer}"
+
+
+class _Run:
+    """The state of one run; ``execute`` is the loop."""
+
+    def __init__(self, agent: Agent, task: str, files: list[str], model: str | None, parent: Context | None,
+                 max_steps: int, replay: list[StepRecord] | None, fork: tuple[str, int] | None):  # fmt: skip
+        self.agent, self.task, self.files, self.max_steps = agent, task, files, max_steps
+        self.ws = agent.workspace
+        self.model, self.model_source = agent.resolved_model(model)
+        self.events = self.ws.events
+        self.run_id = self.events.new_id()
+        self.ctx = Context(self.run_id, parent=parent)
+        self.parent_run = parent.id if parent is not None else None
+        self.folder = self.ws.path / "runs" / self.run_id
+        self.todo = TodoList(self.folder / "todo.md") if agent.todo else None
+        self.steps: list[StepRecord] = list(replay or [])
+        self.summaries: list[str] = []
+        self.insights: list[str] = []
+        self.prompt_tokens = self.completion_tokens = 0
+        self.cost = 0.0
+        self.fork = fork
+        self.native = self._native()
+
+    def _native(self) -> bool:
+        if self.agent.tool_mode != "auto":
+            return self.agent.tool_mode == "native"
+        if is_offline(self.model):
+            return True
+        try:
+            from tea_notebook.models.client import _litellm
+
+            return bool(_litellm().supports_function_calling(model=self.model))
+        except Exception:  # noqa: BLE001 - unknown model: the JSON protocol works everywhere
+            return False
+
+    def emit(self, type_: str, data: dict[str, Any] | None = None, step: int | None = None) -> None:
+        payload = {"root_run": self.ctx.root, "agent": self.agent.name, **(data or {})}
+        self.events.emit(self.run_id, type_, payload, parent_id=self.parent_run, step=step)
+
+    # -- tools ----------------------------------------------------------------------------
+    def _offered(self) -> tuple[list[dict[str, Any]], set[str]]:
+        """OpenAI tool definitions offered this step, and which of them are sub-agents."""
+        ws = self.ws
+        if self.agent.tools is not None:
+            records = [ws.tools.get(n) for n in self.agent.tools]
+            records = [r for r in ws.tools.route(context=self.ctx, k=10_000) if r.name in {x.name for x in records}]
+        elif len(ws.tools) <= 20:
+            records = ws.tools.route(context=self.ctx, k=20)
+        else:
+            records = ws.tools.route(self.task, self.ctx, k=20)
+        agent_tools: set[str] = set()
+        for sub in self.agent.sub_agents:
+            tool_name = sub if sub.endswith("agent") else f"{sub}_agent"
+            if tool_name not in ws.tools:
+                from tea_notebook.protocol.transformations import a2t
+
+                a2t(ws, sub)
+            if tool_name not in {r.name for r in records}:
+                records.append(ws.tools.get(tool_name))
+            agent_tools.add(tool_name)
+        records = [r for r in records if r.origin != "agent" or r.name in agent_tools]
+        tools = [r.to_openai() for r in records]
+        if self.todo is not None:
+            tools.append(TODO_TOOL)
+        tools.append(DONE_TOOL)
+        return tools, agent_tools
+
+    async def _run_action(self, call: ToolCall, step: int) -> tuple[str, bool, str | None]:
+        """Run one action; returns ``(observation, ok, error type)``."""
+        self.emit("tool_call", {"id": call.id, "name": call.name, "arguments": call.arguments}, step)
+        started = time.perf_counter()
+        if not isinstance(call.arguments, dict):
+            obs, ok, err = f"Error: arguments of {call.name} are not a JSON object: {str(call.arguments)[:200]}", False, "ValidationError"
+        elif call.name == "todo" and self.todo is not None:
+            try:
+                obs, ok, err = self.todo.apply(**call.arguments), True, None
+            except (TypeError, ValueError) as exc:
+                obs, ok, err = f"Error (todo): {exc}", False, "ValidationError"
+        else:
+            try:
+                result = await asyncio.wait_for(self.ws.tools.ainvoke(call.name, call.arguments, self.ctx), self.agent.tool_timeout)
+                obs, ok = result.to_observation(), result.ok
+                err = None if result.ok else result.error.get("type")
+            except asyncio.TimeoutError:
+                obs, ok, err = f"Error: {call.name} timed out after {self.agent.tool_timeout:.0f}s", False, "Timeout"
+        self.emit("tool_result", {"id": call.id, "name": call.name, "ok": ok, "error_type": err, "observation": obs,
+                                  "latency": time.perf_counter() - started}, step)  # fmt: skip
+        return obs, ok, err
+
+    # -- the loop -------------------------------------------------------------------------
+    async def _call_model(self, step: int, tools: list[dict[str, Any]]) -> ModelReply:
+        messages = build_messages(
+            task=self.task, files=self.files, step=step, max_steps=self.max_steps, steps=self.steps,
+            summaries=self.summaries, insights=self.insights, todo=self.todo.render() if self.todo else "",
+            environments=self._environments(), tools=tools, max_actions=self.agent.max_actions,
+            native=self.native, system_prompt=self.agent.system_prompt,
+        )  # fmt: skip
+        self.emit("model_request", {"model": self.model, "messages": len(messages),
+                                    "prompt_chars": sum(len(m["content"]) for m in messages)}, step)  # fmt: skip
+        reply = await self._cancellable(self.agent.client.complete(self.model, messages, tools if self.native else None))
+        self.prompt_tokens += reply.prompt_tokens
+        self.completion_tokens += reply.completion_tokens
+        self.cost += reply.cost
+        self.emit("model_response", {
+            "model": self.model, "content": reply.content, "tool_calls": [
+                {"id": c.id, "name": c.name, "arguments": c.arguments} for c in reply.tool_calls],
+            "prompt_tokens": reply.prompt_tokens, "completion_tokens": reply.completion_tokens,
+            "cost": reply.cost, "latency": reply.latency, "scripted": reply.scripted,
+        }, step)  # fmt: skip
+        return reply
+
+    def _environments(self) -> list[dict[str, str]]:
+        out = []
+        for name in self.agent.envs:
+            rec = self.ws.envs.get(name)
+            out.append({"name": name, "rules": rec.rules, "state": self.ws.envs.state(name), "vision": rec.screenshot or ""})
+        return out
+
+    def _actions(self, reply: ModelReply) -> tuple[dict[str, str], list[ToolCall]]:
+        """``(thoughts, actions)`` from a reply; raises ValueError with what the model got wrong."""
+        thoughts: dict[str, str] = {}
+        if self.native:
+            if reply.content:
+                try:
+                    thoughts = {k: str(v) for k, v in _parse_json_object(reply.content).items() if k != "action"}
+                except (ValueError, json.JSONDecodeError):
+                    thoughts = {"thinking": reply.content}
+            return thoughts, list(reply.tool_calls)
+        if not reply.content:
+            raise ValueError("the reply was empty; answer with the JSON object described in <output>")
+        try:
+            data = _parse_json_object(reply.content)
+        except (ValueError, json.JSONDecodeError) as exc:
+            raise ValueError(f"the reply is not valid JSON ({exc}); answer with ONLY the JSON object") from None
+        thoughts = {k: str(v) for k, v in data.items() if k != "action"}
+        raw = data.get("action") or []
+        if not isinstance(raw, list):
+            raise ValueError("'action' must be a list of {name, args}")
+        calls = []
+        for i, item in enumerate(raw):
+            if not isinstance(item, dict) or "name" not in item:
+                raise ValueError(f"action {i + 1} must be an object with 'name' and 'args'")
+            calls.append(ToolCall(f"json_{i}", str(item["name"]), item.get("args", {})))
+        return thoughts, calls
+
+    async def _cancellable(self, coro: Awaitable[Any]) -> Any:
+        task = asyncio.ensure_future(coro)
+        while not task.done():
+            if self.ctx.cancel.is_set():
+                task.cancel()
+                raise RunInterrupted("the run was stopped")
+            await asyncio.wait({task}, timeout=0.05)
+        return task.result()
+
+    async def execute(self) -> RunResult:
+        ws = self.ws
+        ws.db.start_run({"id": self.run_id, "parent_id": self.parent_run, "agent": self.agent.name, "task": self.task,
+                         "model": self.model, "started": time.time(),
+                         "forked_from": self.fork[0] if self.fork else None, "fork_step": self.fork[1] if self.fork else None})  # fmt: skip
+        note = None
+        if self.model_source == "default":
+            from tea_notebook.models.client import NO_MODEL_NOTE
+
+            note = NO_MODEL_NOTE
+        self.emit("run_started", {"task": self.task, "files": self.files, "model": self.model,
+                                  "model_display": display_name(self.model), "model_source": self.model_source,
+                                  "note": note, "max_steps": self.max_steps, "native_tools": self.native,
+                                  "forked_from": self.fork[0] if self.fork else None})  # fmt: skip
+        for replayed in self.steps:
+            self.emit("step", {**_step_data(replayed), "replayed": True}, replayed.number)
+        status, answer, error, files = "max_steps", "", None, []
+        consecutive = 0
+        try:
+            for step in range(len(self.steps) + 1, self.max_steps + 1):
+                if self.ctx.cancel.is_set():
+                    raise RunInterrupted("the run was stopped")
+                tools, agent_tools = self._offered()
+                offered = {t["function"]["name"] for t in tools}
+                reply = await self._call_model(step, tools)
+                record = StepRecord(step)
+                try:
+                    thoughts, calls = self._actions(reply)
+                    record.thinking = thoughts.get("thinking", "")
+                    record.evaluation = thoughts.get("evaluation_previous_goal", "")
+                    record.memory = thoughts.get("memory", "")
+                    record.next_goal = thoughts.get("next_goal", "")
+                    problem = self._check(calls, offered)
+                except ValueError as exc:
+                    calls, problem = [], str(exc)
+                if problem:
+                    consecutive += 1
+                    record.results.append(("error", "{}", f"Error: {problem}"))
+                    self.emit("error", {"kind": "model_output", "message": problem, "consecutive": consecutive}, step)
+                    self._finish_step(record)
+                    if consecutive >= self.agent.max_consecutive_errors:
+                        status, error = "error", f"{consecutive} consecutive malformed model outputs; last: {problem}"
+                        break
+                    continue
+                if calls[0].name == "done":
+                    args = calls[0].arguments
+                    bad = self._done_problem(args)
+                    if bad is None:
+                        status = "success" if args.get("success") else "failed"
+                        answer, files = str(args.get("text", "")), list(args.get("files_to_display") or [])
+                        record.results.append(("done", json.dumps(args), "finished"))
+                        self._finish_step(record)
+                        break
+                    consecutive += 1
+                    record.results.append(("done", json.dumps(args, default=str), f"Error: {bad}"))
+                    self._finish_step(record)
+                    continue
+                calls = calls[: self.agent.max_actions]
+                if len(calls) > 1 and all(c.name in agent_tools for c in calls):
+                    outcomes = await self._cancellable(asyncio.gather(*(self._run_action(c, step) for c in calls)))
+                else:
+                    outcomes = []
+                    for c in calls:
+                        if self.ctx.cancel.is_set():
+                            raise RunInterrupted("the run was stopped")
+                        outcomes.append(await self._cancellable(self._run_action(c, step)))
+                for c, (obs, ok, err) in zip(calls, outcomes):
+                    record.results.append((c.name, json.dumps(c.arguments, default=str), obs))
+                schema_failures = [err for _, _, err in outcomes if err in ("ValidationError", "NotFoundError", "NotBoundError")]
+                consecutive = consecutive + 1 if len(schema_failures) == len(outcomes) else 0
+                self._finish_step(record)
+                if consecutive >= self.agent.max_consecutive_errors:
+                    status, error = "error", f"{consecutive} consecutive steps whose every action was invalid"
+                    break
+                await self._fold_memory(step)
+            else:
+                answer = answer or "The step limit was reached before the task was done."
+        except RunInterrupted:
+            status, error = "interrupted", "stopped by the user"
+        except ModelError as exc:
+            status, error = "error", str(exc)
+            self.emit("error", {"kind": "model", "message": str(exc)})
+        except TeaError as exc:
+            status, error = "error", str(exc)
+            self.emit("error", {"kind": type(exc).__name__, "message": str(exc)})
+        except asyncio.CancelledError:
+            status, error = "interrupted", "cancelled"
+            self._close(status, answer, error)
+            raise
+        return self._close(status, answer, error, files)
+
+    def _close(self, status: str, answer: str, error: str | None, files: list[str] | None = None) -> RunResult:
+        steps = len(self.steps)
+        self.emit("run_finished", {"status": status, "answer": answer, "error": error, "steps": steps,
+                                   "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
+                                   "cost": self.cost, "files": files or []})  # fmt: skip
+        self.ws.db.finish_run(self.run_id, status, answer or error)
+        return RunResult(self.run_id, self.agent.name, self.task, self.model, status, answer or (error or ""), steps,
+                         self.prompt_tokens, self.completion_tokens, self.cost, files or [], error, self.ws)  # fmt: skip
+
+    def _check(self, calls: list[ToolCall], offered: set[str]) -> str | None:
+        if not calls:
+            return "the action list is empty; call at least one tool (or 'done')"
+        names = [c.name for c in calls]
+        if "done" in names and len(names) > 1:
+            return "'done' must be the only action in its step"
+        unknown = [n for n in names if n not in offered]
+        if unknown:
+            return f"unknown action(s) {', '.join(unknown)}; available: {', '.join(sorted(offered))}"
+        return None
+
+    @staticmethod
+    def _done_problem(args: Any) -> str | None:
+        if not isinstance(args, dict):
+            return "done needs an object {success, text, files_to_display}"
+        if not isinstance(args.get("success"), bool):
+            return "done needs 'success' (true or false)"
+        if not isinstance(args.get("text"), str):
+            return "done needs 'text' (the final answer)"
+        return None
+
+    def _finish_step(self, record: StepRecord) -> None:
+        self.steps.append(record)
+        self.emit("step", _step_data(record), record.number)
+
+    async def _fold_memory(self, step: int) -> None:
+        """Fold the oldest steps into a summary once the history passes the token budget."""
+        live = self.steps[: -self.agent.keep_recent_steps] if self.agent.keep_recent_steps else list(self.steps)
+        if not live or sum(s.size() for s in self.steps) <= self.agent.memory_budget:
+            return
+        from tea_notebook.runtime.memory import summarise_steps
+
+        summary, insights = await summarise_steps(self, live)
+        self.steps = self.steps[len(live) :]
+        self.summaries.append(summary)
+        self.insights.extend(i for i in insights if i not in self.insights)
+        self.ws.memory_store.save(self.run_id, self.task, summary, insights)
+        self.emit("memory_written", {"summary": summary, "insights": insights, "folded_steps": [s.number for s in live]}, step)
+
+
+def _step_data(record: StepRecord) -> dict[str, Any]:
+    return {
+        "thinking": record.thinking, "evaluation": record.evaluation, "memory": record.memory,
+        "next_goal": record.next_goal, "results": [list(r) for r in record.results],
+    }  # fmt: skip
+
+
+def steps_from_events(events: list[Any], upto: int) -> list[StepRecord]:
+    """The first ``upto`` steps of a run, rebuilt from its ``step`` events (for forking)."""
+    out = []
+    for e in events:
+        if e.type == "step" and e.step is not None and e.step <= upto and e.run_id == events[0].run_id:
+            d = e.data
+            out.append(StepRecord(e.step, d.get("evaluation", ""), d.get("memory", ""), d.get("next_goal", ""),
+                                  d.get("thinking", ""), [tuple(r) for r in d.get("results", [])]))  # fmt: skip
+    return out
+
+
+_ = (Path, Callable)

@@ -1,0 +1,78 @@
+"""Session memory (infrastructure layer): older steps folded into summaries and insights, kept in
+the workspace and retrieved into later runs by similarity to their task."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from tea_notebook.models.client import is_offline
+from tea_notebook.runtime.prompts import StepRecord
+
+if TYPE_CHECKING:
+    from tea_notebook.protocol.registry import Registry
+    from tea_notebook.runtime.agent import _Run
+
+SUMMARY_PROMPT = """You maintain an agent's memory. Fold the steps below into one short summary (2-4 sentences:
+what was tried, what was found, what is still open) and at most 3 insights (reusable lessons, one sentence each).
+Answer with ONLY JSON: {"summary": "...", "insights": ["..."]}
+
+Task: {task}
+Steps:
+{steps}"""
+
+
+def extractive_summary(steps: list[StepRecord]) -> tuple[str, list[str]]:
+    """A model-free fold: each step's memory (or goal) and failed actions as insights."""
+    parts, insights = [], []
+    for s in steps:
+        gist = s.memory or s.next_goal or "; ".join(f"{t} -> {' '.join(str(r).split())[:80]}" for t, _, r in s.results)
+        parts.append(f"step {s.number}: {gist}")
+        for tool, _, result in s.results:
+            if str(result).startswith("Error"):
+                insights.append(f"{tool} failed at step {s.number}: {' '.join(str(result).split())[:120]}")
+    return "; ".join(parts), insights[:3]
+
+
+async def summarise_steps(run: "_Run", steps: list[StepRecord]) -> tuple[str, list[str]]:
+    """Summary and insights of ``steps``: by the run's model, or extractively for offline models."""
+    if is_offline(run.model):
+        return extractive_summary(steps)
+    prompt = SUMMARY_PROMPT.replace("{task}", run.task).replace("{steps}", "\n".join(s.render() for s in steps))
+    try:
+        reply = await run.agent.client.complete(run.model, [{"role": "user", "content": prompt}])
+        run.prompt_tokens += reply.prompt_tokens
+        run.completion_tokens += reply.completion_tokens
+        run.cost += reply.cost
+        data = json.loads((reply.content or "").strip().strip("`").removeprefix("json"))
+        return str(data["summary"]), [str(i) for i in data.get("insights", [])][:3]
+    except Exception:  # noqa: BLE001 - a failed summary must not fail the run
+        return extractive_summary(steps)
+
+
+class MemoryStore:
+    """Summaries and insights as searchable records (the ``memory`` registry of a workspace)."""
+
+    def __init__(self, registry: "Registry[Any]"):
+        self.registry = registry
+
+    def save(self, run_id: str, task: str, summary: str, insights: list[str]) -> None:
+        """Keep a fold of one run."""
+        from tea_notebook.protocol.records import MemoryRecord
+
+        start = sum(1 for n in self.registry.names() if n.startswith(f"mem_{run_id}_"))
+        items = [("summary", summary)] + [("insight", i) for i in insights]
+        self.registry.register_many(
+            [
+                MemoryRecord(name=f"mem_{run_id}_{start + i}", description=text, kind=kind, run_id=run_id, task=task)
+                for i, (kind, text) in enumerate(items)
+                if text.strip()
+            ]
+        )
+
+    def recall(self, task: str, k: int = 3, min_score: float = 0.45) -> list[str]:
+        """Summaries and insights of earlier runs that are similar to ``task``."""
+        if len(self.registry) == 0:
+            return []
+        hits = self.registry.search(task, k=k, mode="semantic")
+        return [f"(earlier run) {h.record.description}" for h in hits if h.semantic >= min_score]

@@ -1,0 +1,143 @@
+"""Prompt assembly for the tool-calling agent, following AgentOrchestra's App. I template.
+
+Each step's prompt is rebuilt from state (not an ever-growing chat): the system prompt, then one
+user message with ``<agent_state>`` (step info, task, history, todo), ``<environment_state>`` and
+``<tool_state>``. Older steps are folded into summaries, so the prompt stays bounded.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+SYSTEM_PROMPT = """You are an AI agent that operates in iterative steps and uses registered tools to accomplish the user's task. Your goals are to solve the task accurately, safely, and efficiently.
+
+<intro>
+You excel at: 1. Selecting the right tool for each subtask 2. Executing multi-step plans reliably 3. Managing files and data within the provided working directory 4. Avoiding unnecessary actions and minimizing cost/latency 5. Providing clear, helpful final answers.
+</intro>
+<language_settings>Default working language: English. Always respond in the same language as the user request.</language_settings>
+<inputs>At every step you receive <agent_state> (step_info, task, agent_history, todo_contents), <environment_state> and <tool_state> (available_actions).</inputs>
+<task_rules>
+The TASK always remains visible and has the highest priority.
+You must call the 'done' action when you have fully completed the TASK, when you reach the final allowed step (max_steps) even if the task is incomplete, or if it is ABSOLUTELY IMPOSSIBLE to continue.
+Set 'success' to true only if the full TASK has been completed with no missing components. Put ALL the relevant information you found in the 'text' field; list files for the user in 'files_to_display'.
+You are ONLY ALLOWED to call 'done' as a single action.
+</task_rules>
+<agent_history_rules>History is a list of <step_N> blocks with Evaluation of Previous Step, Memory, Next Goal and Action Results, followed by <summaries> and <insights> of older steps.</agent_history_rules>
+<todo_rules>For complex or multi-step tasks use the 'todo' tool to keep a plan in todo.md and mark items as you complete them. Simple tasks may skip it.</todo_rules>
+<environment_state_rules>Each bound environment contributes <state>, <vision> (when a screenshot exists) and <interaction> rules.
+{environments_rules}</environment_state_rules>
+<action_rules>You MUST use only the actions in <available_actions>; do not invent actions. Use at most {max_actions} actions per step; they run in order.</action_rules>
+<efficiency_guidelines>Combine related actions in one step; use a single action only when the next depends on its result.</efficiency_guidelines>
+<reasoning_rules>Reason over the history: judge the last action as success, failure or uncertain; notice when you are stuck repeating actions and try something else; decide what to keep in memory; always compare the trajectory with the user request.</reasoning_rules>
+{output_rules}"""
+
+NATIVE_OUTPUT = """<output>Call tools for your actions. In the message text, give a JSON object (no code fences):
+{"thinking": "...", "evaluation_previous_goal": "one sentence: success, failure, or uncertain", "memory": "1-3 sentences", "next_goal": "..."}</output>"""
+
+JSON_OUTPUT = """<output>Respond with ONLY this JSON object, no code fences:
+{"thinking": "...", "evaluation_previous_goal": "one sentence: success, failure, or uncertain", "memory": "1-3 sentences", "next_goal": "...",
+ "action": [{"name": "action_name", "args": {...}}]}
+The action list must NEVER be empty.</output>"""
+
+DONE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "success": {"type": "boolean", "description": "True only if the whole task is complete."},
+        "text": {"type": "string", "description": "The final answer with everything relevant."},
+        "files_to_display": {"type": "array", "items": {"type": "string"}, "default": []},
+    },
+    "required": ["success", "text"],
+    "additionalProperties": False,
+}
+DONE_TOOL = {
+    "type": "function",
+    "function": {"name": "done", "description": "Finish the task and report the result.", "parameters": DONE_SCHEMA},
+}
+
+
+@dataclass
+class StepRecord:
+    """What one step did, as the history shows it to the model."""
+
+    number: int
+    evaluation: str = ""
+    memory: str = ""
+    next_goal: str = ""
+    thinking: str = ""
+    results: list[tuple[str, str, str]] = field(default_factory=list)  # (tool, args json, result text)
+
+    def render(self, limit: int = 600) -> str:
+        lines = [
+            f"<step_{self.number}>",
+            f"Evaluation of Previous Step: {self.evaluation}",
+            f"Memory: {self.memory}",
+            f"Next Goal: {self.next_goal}",
+            "Action Results:",
+        ]
+        for tool, args, result in self.results:
+            flat = " ".join(str(result).split())
+            if len(flat) > limit:
+                flat = flat[:limit] + f"… ({len(flat) - limit} more characters)"
+            lines.append(f"[{tool}] {args} -> {flat}")
+        lines.append(f"</step_{self.number}>")
+        return "\n".join(lines)
+
+    def size(self) -> int:
+        """Approximate tokens of the rendered step."""
+        return len(self.render()) // 4
+
+
+def tool_line(tool: dict[str, Any]) -> str:
+    """One available action, as the model reads it in JSON mode."""
+    fn = tool["function"]
+    return json.dumps({"name": fn["name"], "description": fn.get("description", ""), "parameters": fn.get("parameters", {})})
+
+
+def build_messages(
+    *,
+    task: str,
+    files: list[str],
+    step: int,
+    max_steps: int,
+    steps: list[StepRecord],
+    summaries: list[str],
+    insights: list[str],
+    todo: str,
+    environments: list[dict[str, str]],
+    tools: list[dict[str, Any]],
+    max_actions: int,
+    native: bool,
+    system_prompt: str | None = None,
+) -> list[dict[str, str]]:
+    """System + user messages for one step."""
+    env_rules = "\n".join(
+        f"<environment name=\"{e['name']}\"><interaction>{e.get('rules', '')}</interaction></environment>" for e in environments
+    )
+    system = (system_prompt or SYSTEM_PROMPT).format(
+        environments_rules=env_rules, max_actions=max_actions, output_rules=NATIVE_OUTPUT if native else JSON_OUTPUT
+    )
+    step_info = f"Step {step} of {max_steps} max possible steps"
+    if step >= max_steps:
+        step_info += ". This is the FINAL allowed step: call 'done' now."
+    history = "\n".join(s.render() for s in steps) or "(no steps yet)"
+    if summaries:
+        history += "\n<summaries>\n" + "\n".join(f"- {s}" for s in summaries) + "\n</summaries>"
+    if insights:
+        history += "\n<insights>\n" + "\n".join(f"- {s}" for s in insights) + "\n</insights>"
+    env_state = "\n".join(
+        f"<environment name=\"{e['name']}\"><state>{e.get('state', '')}</state>"
+        + (f"<vision>{e['vision']}</vision>" if e.get("vision") else "")
+        + "</environment>"
+        for e in environments
+    )
+    task_text = task + (("\nAttached files (absolute paths): " + ", ".join(files)) if files else "")
+    actions = "(offered as callable tools)" if native else "\n".join(tool_line(t) for t in tools)
+    user = (
+        f"<agent_state><step_info>{step_info}</step_info><task>{task_text}</task>\n"
+        f"<agent_history>\n{history}\n</agent_history>\n<todo_contents>{todo or '(empty)'}</todo_contents></agent_state>\n"
+        f"<environment_state>{env_state or '(none bound)'}</environment_state>\n"
+        f"<tool_state><available_actions>{actions}</available_actions></tool_state>"
+    )
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]

@@ -1,0 +1,168 @@
+"""A run's trajectory, rebuilt from its events (never stored separately)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from tea_notebook.errors import NotFoundError
+from tea_notebook.models.client import display_name
+from tea_notebook.runtime.events import Event
+
+if TYPE_CHECKING:
+    from tea_notebook.workspace import Workspace
+
+
+@dataclass
+class StepView:
+    """One step as it happened: the model's thoughts, each action with its observation, the cost."""
+
+    number: int
+    thinking: str = ""
+    evaluation: str = ""
+    memory: str = ""
+    next_goal: str = ""
+    actions: list[dict[str, Any]] = field(default_factory=list)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost: float = 0.0
+    latency: float = 0.0
+    replayed: bool = False
+    errors: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Trajectory:
+    """A run with its steps and nested sub-agent runs."""
+
+    run_id: str
+    agent: str
+    task: str
+    model: str
+    status: str
+    answer: str
+    steps: list[StepView]
+    children: list["Trajectory"]
+    events: list[Event]
+    parent_id: str | None = None
+    forked_from: str | None = None
+    memory: list[dict[str, Any]] = field(default_factory=list)
+
+    @classmethod
+    def load(cls, workspace: "Workspace", run_id: str) -> "Trajectory":
+        """Rebuild a run (an id prefix is enough) from the workspace's events."""
+        row = workspace.db.run_row(run_id)
+        if row is None:
+            raise NotFoundError(f"no run {run_id!r} in {workspace.path}")
+        events = workspace.events.events(row["id"], nested=True)
+        return cls._build(workspace, row, events)
+
+    @classmethod
+    def _build(cls, workspace: "Workspace", row: dict, events: list[Event]) -> "Trajectory":
+        own = [e for e in events if e.run_id == row["id"]]
+        steps: dict[int, StepView] = {}
+        memory = []
+        for e in own:
+            if e.step is None:
+                continue
+            view = steps.setdefault(e.step, StepView(e.step))
+            d = e.data
+            if e.type == "model_response":
+                view.prompt_tokens += d.get("prompt_tokens", 0)
+                view.completion_tokens += d.get("completion_tokens", 0)
+                view.cost += d.get("cost", 0.0)
+                view.latency += d.get("latency", 0.0)
+            elif e.type == "tool_call":
+                view.actions.append({"id": d["id"], "name": d["name"], "arguments": d["arguments"]})
+            elif e.type == "tool_result":
+                for a in view.actions:
+                    if a["id"] == d["id"]:
+                        a.update(ok=d["ok"], observation=d["observation"], error_type=d.get("error_type"), latency=d.get("latency"))
+            elif e.type == "step":
+                view.thinking, view.evaluation = d.get("thinking", ""), d.get("evaluation", "")
+                view.memory, view.next_goal = d.get("memory", ""), d.get("next_goal", "")
+                view.replayed = bool(d.get("replayed"))
+                if view.replayed or not view.actions:
+                    done = {a["name"] for a in view.actions}
+                    for tool, args, result in d.get("results", []):
+                        if tool not in done:
+                            view.actions.append({"name": tool, "arguments": args, "observation": result, "ok": not str(result).startswith("Error")})
+            elif e.type == "error":
+                view.errors.append(d.get("message", ""))
+            elif e.type == "memory_written":
+                memory.append(d)
+        children = [
+            cls._build(workspace, child, events) for child in workspace.db.runs(parent_id=row["id"]) if child["id"] != row["id"]
+        ]
+        return cls(
+            run_id=row["id"], agent=row["agent"], task=row["task"], model=row["model"], status=row["status"],
+            answer=row["answer"] or "", steps=[steps[k] for k in sorted(steps)], children=children, events=own,
+            parent_id=row["parent_id"], forked_from=row["forked_from"], memory=memory,
+        )  # fmt: skip
+
+    @property
+    def prompt_tokens(self) -> int:
+        """Prompt tokens of this run and its sub-runs."""
+        return sum(s.prompt_tokens for s in self.steps) + sum(c.prompt_tokens for c in self.children)
+
+    @property
+    def completion_tokens(self) -> int:
+        """Completion tokens of this run and its sub-runs."""
+        return sum(s.completion_tokens for s in self.steps) + sum(c.completion_tokens for c in self.children)
+
+    @property
+    def cost(self) -> float:
+        """Cost in USD of this run and its sub-runs."""
+        return sum(s.cost for s in self.steps) + sum(c.cost for c in self.children)
+
+    def ledger(self) -> dict[str, dict[str, dict[str, float]]]:
+        """Tokens and cost summed ``{"by_agent": {...}, "by_model": {...}}`` over the run tree."""
+        out: dict[str, dict[str, dict[str, float]]] = {"by_agent": {}, "by_model": {}}
+
+        def add(t: "Trajectory") -> None:
+            for key, name in (("by_agent", t.agent), ("by_model", t.model)):
+                slot = out[key].setdefault(name, {"prompt_tokens": 0, "completion_tokens": 0, "cost": 0.0, "calls": 0})
+                for s in t.steps:
+                    if s.replayed:
+                        continue
+                    slot["prompt_tokens"] += s.prompt_tokens
+                    slot["completion_tokens"] += s.completion_tokens
+                    slot["cost"] += s.cost
+                    slot["calls"] += 1 if (s.prompt_tokens or s.completion_tokens) else 0
+            for c in t.children:
+                add(c)
+
+        add(self)
+        return out
+
+    def text(self, indent: str = "") -> str:
+        """A readable plain-text rendering (also what ``tea show`` prints)."""
+        lines = [f"{indent}run {self.run_id} · {self.agent} · {display_name(self.model)} · {self.status}",
+                 f"{indent}task: {self.task}"]  # fmt: skip
+        if self.forked_from:
+            lines.append(f"{indent}forked from {self.forked_from}")
+        for s in self.steps:
+            tag = " (replayed)" if s.replayed else ""
+            lines.append(f"{indent}  step {s.number}{tag}: {s.next_goal or s.thinking or s.evaluation}".rstrip())
+            for a in s.actions:
+                obs = " ".join(str(a.get("observation", "")).split())[:160]
+                lines.append(f"{indent}    {a['name']}({_args(a.get('arguments'))}) -> {obs}")
+            for err in s.errors:
+                lines.append(f"{indent}    ! {err}")
+        for child in self.children:
+            lines.append(child.text(indent + "    "))
+        lines.append(f"{indent}answer: {self.answer}")
+        lines.append(f"{indent}tokens {self.prompt_tokens}+{self.completion_tokens}, cost ${self.cost:.4f}")
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return f"Trajectory({self.run_id!r}, agent={self.agent!r}, status={self.status!r}, steps={len(self.steps)})"
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        p.text(self.text())
+
+
+def _args(args: Any) -> str:
+    if isinstance(args, dict):
+        return ", ".join(f"{k}={v!r}" for k, v in args.items())[:120]
+    return str(args)[:120]
