@@ -35,7 +35,9 @@ from tea_notebook.protocol.records import ToolRecord  # noqa: E402
 
 VERBS = "read write parse convert fetch search summarise translate resize compress list delete validate plot count merge split sort filter encode decode".split()
 OBJECTS = "csv file json document web page image pdf spreadsheet email calendar event audio clip video sql table git diff log archive url weather forecast stock price".split()
-EXTRAS = "for a user,from disk,with retries,in batches,into markdown,by date,by keyword,over http,with a timeout,as a table".split(",")
+EXTRAS = "for a user,from disk,with retries,in batches,into markdown,by date,by keyword,over http,with a timeout,as a table".split(
+    ","
+)
 
 
 def synthetic_tools(n: int, seed: int = 0) -> list[ToolRecord]:
@@ -95,9 +97,7 @@ def bench_search(base: np.ndarray, embedder: MiniLMEmbedder) -> dict:
     n = 100_000
     tools = synthetic_tools(n, seed=2)
     vecs = fake_vectors(base, n, seed=2)
-    queries = [
-        f"I need to {v} the {o} {e}" for v, o, e in zip(VERBS * 5, OBJECTS * 4, EXTRAS * 10)
-    ][:100]
+    queries = [f"I need to {v} the {o} {e}" for v, o, e in zip(VERBS * 5, OBJECTS * 4, EXTRAS * 10)][:100]
     with tempfile.TemporaryDirectory() as tmp:
         ws = Workspace(Path(tmp) / "big", embedder=embedder)
         t0 = time.perf_counter()
@@ -137,7 +137,10 @@ def realistic_descriptions(n: int) -> list[str]:
         ToolRecord(
             name=t["name"],
             description=t["description"],
-            parameters={"type": "object", "properties": {p: {"type": "string", "description": d} for p, d in t["parameters"].items()}},
+            parameters={
+                "type": "object",
+                "properties": {p: {"type": "string", "description": d} for p, d in t["parameters"].items()},
+            },
         ).search_text()
         for t in data
     ]
@@ -167,7 +170,12 @@ def bench_embed(embedder: MiniLMEmbedder) -> dict:
         ToolRecord(
             name=f"{data[i % len(data)]['name']}_{i}",
             description=descriptions[i],
-            parameters={"type": "object", "properties": {p: {"type": "string", "description": d} for p, d in data[i % len(data)]["parameters"].items()}},
+            parameters={
+                "type": "object",
+                "properties": {
+                    p: {"type": "string", "description": d} for p, d in data[i % len(data)]["parameters"].items()
+                },
+            },
         )
         for i in range(1000)
     ]
@@ -217,21 +225,21 @@ def render(results: dict) -> str:
     ok = lambda cond: "✅" if cond else "❌"  # noqa: E731
     return f"""## Protocol core
 
-Command: `.venv/bin/python bench/bench_protocol.py --write` — machine: {results['machine']}; run {results['when']}.
+Command: `.venv/bin/python bench/bench_protocol.py --write` — machine: {results["machine"]}; run {results["when"]}.
 
 | what | figure | target | |
 |---|---|---|---|
-| register 10,000 tools, embeddings precomputed, one transaction (`register_many`) | {r['batch_s']:.2f} s | < 5 s | {ok(r['batch_s'] < 5)} |
-| register 10,000 tools one `register()` call each | {r['one_by_one_s']:.2f} s | < 5 s | {ok(r['one_by_one_s'] < 5)} |
-| build the vector index of those 10,000 (first search) | {r['index_build_s']:.2f} s | | |
-| hybrid top-10 search over {s['n']:,} tools, median per query, **including** embedding the query with MiniLM | {s['median_ms_with_query_embedding']:.2f} ms (p95 {s['p95_ms_with_query_embedding']:.2f} ms) | < 5 ms | {ok(s['median_ms_with_query_embedding'] < 5)} |
-| the same, query vector cached (BM25 + {s['index_kind']} index + fusion only) | {s['median_ms_index_only']:.2f} ms | | |
-| register 100,000 tools (10 batches) / build their {s['index_kind']} index | {s['register_100k_s']:.1f} s / {s['index_build_s']:.1f} s | | |
-| embed 1,000 tool descriptions (mean {e['descriptions_tokens']:.0f} tokens) with the default offline embedder | {e['descriptions_s']:.2f} s | < 3 s | {ok(e['descriptions_s'] < 3)} |
-| embed 1,000 whole tool texts (name + description + parameters, mean {e['search_texts_tokens']:.0f} tokens) | {e['search_texts_s']:.2f} s | | |
-| index 1,000 new tools from scratch (3 views each: name, description, schema; what a first search costs) | {e['index_1000_tools_s']:.2f} s | | |
-| `python -c "import tea_notebook"` (python alone: {i['python_startup_s']*1000:.0f} ms) | {i['import_s']*1000:.0f} ms | < 500 ms | {ok(i['import_s'] < 0.5)} |
-| `import tea_notebook; tea_notebook.Workspace` (loads the protocol modules, still no faiss/onnxruntime/litellm) | {i['import_plus_workspace_class_s']*1000:.0f} ms | | |
+| register 10,000 tools, embeddings precomputed, one transaction (`register_many`) | {r["batch_s"]:.2f} s | < 5 s | {ok(r["batch_s"] < 5)} |
+| register 10,000 tools one `register()` call each | {r["one_by_one_s"]:.2f} s | < 5 s | {ok(r["one_by_one_s"] < 5)} |
+| build the vector index of those 10,000 (first search) | {r["index_build_s"]:.2f} s | | |
+| hybrid top-10 search over {s["n"]:,} tools, median per query, **including** embedding the query with MiniLM | {s["median_ms_with_query_embedding"]:.2f} ms (p95 {s["p95_ms_with_query_embedding"]:.2f} ms) | < 5 ms | {ok(s["median_ms_with_query_embedding"] < 5)} |
+| the same, query vector cached (BM25 + {s["index_kind"]} index + fusion only) | {s["median_ms_index_only"]:.2f} ms | | |
+| register 100,000 tools (10 batches) / build their {s["index_kind"]} index | {s["register_100k_s"]:.1f} s / {s["index_build_s"]:.1f} s | | |
+| embed 1,000 tool descriptions (mean {e["descriptions_tokens"]:.0f} tokens) with the default offline embedder | {e["descriptions_s"]:.2f} s | < 3 s | {ok(e["descriptions_s"] < 3)} |
+| embed 1,000 whole tool texts (name + description + parameters, mean {e["search_texts_tokens"]:.0f} tokens) | {e["search_texts_s"]:.2f} s | | |
+| index 1,000 new tools from scratch (3 views each: name, description, schema; what a first search costs) | {e["index_1000_tools_s"]:.2f} s | | |
+| `python -c "import tea_notebook"` (python alone: {i["python_startup_s"] * 1000:.0f} ms) | {i["import_s"] * 1000:.0f} ms | < 500 ms | {ok(i["import_s"] < 0.5)} |
+| `import tea_notebook; tea_notebook.Workspace` (loads the protocol modules, still no faiss/onnxruntime/litellm) | {i["import_plus_workspace_class_s"] * 1000:.0f} ms | | |
 
 The 100k search uses vectors scattered around real MiniLM embeddings of 1,000 synthetic tool texts (embedding 100k
 texts for real would take minutes and measures the embedder, which row "embed 1,000" covers); queries are real

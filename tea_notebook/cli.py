@@ -85,6 +85,77 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_run(args: argparse.Namespace) -> int:
+    from tea_notebook.models.client import display_name
+
+    ws = _workspace(args)
+    if args.agent in ws.agents and args.agent != "agent":
+        rec = ws.agents.get(args.agent)
+        agent = ws.agent(
+            args.agent,
+            description=rec.description,
+            model=rec.model,
+            register=False,
+            tools=rec.tools or None,
+            max_steps=rec.max_steps or 20,
+        )
+    else:
+        agent = ws.agent(args.agent)
+    if args.max_steps:
+        agent.max_steps = args.max_steps
+    model, _ = agent.resolved_model(args.model)
+    log = None if args.json else _StepLog()
+    stop = ws.events.subscribe(log) if log else None
+    try:
+        if log:
+            print(f"tea run · agent {agent.name} · model {display_name(model)}", flush=True)
+        result = agent.run_sync(args.task, model=args.model)
+    finally:
+        if stop:
+            stop()
+    if args.json:
+        print(json.dumps(result.to_dict()))
+    else:
+        print(f"\n{result.status}: {result.answer}")
+        tokens = f"{result.prompt_tokens}+{result.completion_tokens} tokens"
+        print(f"run {result.run_id} · {result.steps} steps · {tokens} · ${result.cost:.4f}")
+    return 0 if result.success else 1
+
+
+class _StepLog:
+    """Prints a readable live log of a run from its events."""
+
+    def __call__(self, event: Any) -> None:
+        d, depth = event.data, "  " if event.parent_id else ""
+        if event.type == "run_started" and d.get("note"):
+            print(f"{depth}note: {d['note']}", flush=True)
+        elif event.type == "tool_call":
+            args = json.dumps(d.get("arguments"), default=str)[:120]
+            print(f"{depth}[{d['agent']} step {event.step}] {d['name']}({args})", flush=True)
+        elif event.type == "tool_result":
+            obs = " ".join(str(d.get("observation", "")).split())[:160]
+            print(f"{depth}    {'->' if d.get('ok') else '!!'} {obs}", flush=True)
+        elif event.type == "error":
+            print(f"{depth}  error: {d.get('message')}", flush=True)
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    import datetime as dt
+
+    rows = _workspace(args).runs(args.limit)
+    for r in rows:
+        when = dt.datetime.fromtimestamp(r["started"]).isoformat(timespec="seconds")
+        print(f"{r['id']}  {when}  {r['status']:11s} {r['agent']:12s} {r['task'][:60]}")
+    if not rows:
+        print("(no runs yet)")
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    print(_workspace(args).trajectory(args.run).text())
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``tea``."""
     parser = argparse.ArgumentParser(prog="tea", description="tea_notebook: TEA registries from the shell")
@@ -129,6 +200,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("path")
     p.add_argument("--trust-code", action="store_true", help="allow the manifest's code to run here")
     p.set_defaults(func=cmd_import)
+    p = sub.add_parser("run", help="run an agent on a task (exit code 0 only when it succeeds)")
+    p.add_argument("task")
+    p.add_argument("--agent", default="agent")
+    p.add_argument("--model", default=None, help="a litellm model name, or tea/test, tea/demo, tea/replay:PATH")
+    p.add_argument("--max-steps", type=int, default=None)
+    p.add_argument("--json", action="store_true", help="print only the RunResult as JSON")
+    p.set_defaults(func=cmd_run)
+    p = sub.add_parser("runs", help="list past runs")
+    p.add_argument("--limit", type=int, default=20)
+    p.set_defaults(func=cmd_runs)
+    p = sub.add_parser("show", help="print one run's trajectory")
+    p.add_argument("run")
+    p.set_defaults(func=cmd_show)
     p = sub.add_parser("demo", help="a guided tour of the TEA registries")
     p.set_defaults(func=cmd_demo)
     return parser

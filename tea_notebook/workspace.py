@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextvars
 from pathlib import Path
-
 from typing import TYPE_CHECKING, Any
 
 from tea_notebook.errors import TeaError, WorkspaceError
@@ -108,7 +107,9 @@ class Workspace:
 
         return Trajectory.load(self, run_id)
 
-    async def fork(self, run_id: str, step: int, *, model: str | None = None, agent: "Agent | None" = None) -> "RunResult":
+    async def fork(
+        self, run_id: str, step: int, *, model: str | None = None, agent: "Agent | None" = None
+    ) -> "RunResult":
         """Replay the first ``step`` steps of a run from its events, then continue live (same task)."""
         from tea_notebook.runtime.agent import steps_from_events
 
@@ -170,7 +171,5 @@ def current_workspace(required: bool = True) -> Workspace | None:
     """The active workspace; with ``required`` a clear error when none is active."""
     ws = _current.get()
     if ws is None and required:
-        raise TeaError(
-            "no current workspace: create one with ws = tea_notebook.Workspace(path) and call ws.activate()"
-        )
+        raise TeaError("no current workspace: create one with ws = tea_notebook.Workspace(path) and call ws.activate()")
     return ws

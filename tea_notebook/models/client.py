@@ -56,7 +56,9 @@ class ModelReply:
     scripted: bool = False
 
 
-def resolve_model(explicit: str | None = None, agent: str | None = None, workspace: str | None = None) -> tuple[str, str]:
+def resolve_model(
+    explicit: str | None = None, agent: str | None = None, workspace: str | None = None
+) -> tuple[str, str]:
     """``(model, where it came from)`` by the documented order."""
     for value, source in ((explicit, "argument"), (agent, "agent"), (workspace, "workspace")):
         if value:
@@ -81,7 +83,14 @@ def display_name(model: str) -> str:
     return model
 
 
-_TRANSIENT = ("RateLimitError", "APIConnectionError", "Timeout", "ServiceUnavailableError", "InternalServerError", "APIError")
+_TRANSIENT = (
+    "RateLimitError",
+    "APIConnectionError",
+    "Timeout",
+    "ServiceUnavailableError",
+    "InternalServerError",
+    "APIError",
+)
 
 
 def _friendly(model: str, exc: Exception) -> ModelError:
@@ -147,12 +156,22 @@ class ModelClient:
     replayed offline later as ``tea/replay:PATH``.
     """
 
-    def __init__(self, *, retries: int = 3, timeout: float = 120.0, backoff: float = 1.0, record: str | Path | None = None, **params: Any):
+    def __init__(
+        self,
+        *,
+        retries: int = 3,
+        timeout: float = 120.0,
+        backoff: float = 1.0,
+        record: str | Path | None = None,
+        **params: Any,
+    ):
         self.retries, self.timeout, self.backoff = retries, timeout, backoff
         self.record = Path(record) if record else None
         self.params = params
 
-    async def complete(self, model: str, messages: list[dict], tools: list[dict] | None = None, **params: Any) -> ModelReply:
+    async def complete(
+        self, model: str, messages: list[dict], tools: list[dict] | None = None, **params: Any
+    ) -> ModelReply:
         """One chat completion; raises :class:`ModelError` with a readable message on failure."""
         litellm = _litellm()
         call = {**self.params, **params}
@@ -183,7 +202,11 @@ class ModelClient:
                 inner = _tea_cause(exc)
                 if inner is not None:  # an offline model's own error (script exhausted, replay diverged)
                     raise inner from None
-                if type(exc).__name__ in _TRANSIENT and attempt < self.retries and "Missing credentials" not in str(exc):
+                if (
+                    type(exc).__name__ in _TRANSIENT
+                    and attempt < self.retries
+                    and "Missing credentials" not in str(exc)
+                ):
                     delay = self.backoff * (2**attempt) * (0.5 + random.random())
                     log.warning("model %s: %s, retrying in %.1fs", model, type(exc).__name__, delay)
                     await asyncio.sleep(delay)
@@ -198,7 +221,14 @@ class ModelClient:
                 parsed: Any = json.loads(raw) if isinstance(raw, str) else raw
             except json.JSONDecodeError:
                 parsed = raw
-            calls.append(ToolCall(tc.id or f"call_{len(calls)}", tc.function.name, parsed, raw if isinstance(raw, str) else json.dumps(raw)))
+            calls.append(
+                ToolCall(
+                    tc.id or f"call_{len(calls)}",
+                    tc.function.name,
+                    parsed,
+                    raw if isinstance(raw, str) else json.dumps(raw),
+                )
+            )
         usage = getattr(response, "usage", None)
         prompt = int(getattr(usage, "prompt_tokens", 0) or 0)
         completion = int(getattr(usage, "completion_tokens", 0) or 0)
@@ -215,6 +245,11 @@ class ModelClient:
         if self.record is not None and not is_offline(model):
             from tea_notebook.models.offline import Cassette
 
-            turn = {"content": reply.content, "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.raw_arguments} for c in calls]}
-            Cassette.open(self.record).record(messages, tools, model, turn, {"prompt_tokens": prompt, "completion_tokens": completion})
+            turn = {
+                "content": reply.content,
+                "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.raw_arguments} for c in calls],
+            }
+            Cassette.open(self.record).record(
+                messages, tools, model, turn, {"prompt_tokens": prompt, "completion_tokens": completion}
+            )
         return reply

@@ -153,9 +153,7 @@ class LiteLLMEmbedder:
             response = litellm.embedding(model=self.model, input=texts, **self.kwargs)
             rows = [item["embedding"] for item in response.data]
         except Exception as exc:  # noqa: BLE001 - provider errors come in many types
-            raise EmbeddingError(
-                f"embedding with {self.model!r} failed: {type(exc).__name__}: {exc}"
-            ) from None
+            raise EmbeddingError(f"embedding with {self.model!r} failed: {type(exc).__name__}: {exc}") from None
         return _normalise(np.array(rows, dtype=np.float32))
 
 
@@ -168,9 +166,7 @@ def resolve_embedder(spec: "str | Embedder | None") -> Embedder:
             return HashingEmbedder(int(spec.split(":", 1)[1]) if ":" in spec else 256)
         if spec.startswith("litellm:"):
             return LiteLLMEmbedder(spec.split(":", 1)[1])
-        raise EmbeddingError(
-            f"unknown embedder {spec!r}; use 'minilm', 'hashing[:DIM]' or 'litellm:MODEL'"
-        )
+        raise EmbeddingError(f"unknown embedder {spec!r}; use 'minilm', 'hashing[:DIM]' or 'litellm:MODEL'")
     if isinstance(spec, Embedder):
         return spec
     raise EmbeddingError(f"not an embedder: {spec!r} (needs an .id and an .embed(texts) method)")

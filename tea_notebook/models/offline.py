@@ -99,7 +99,9 @@ class ScriptedModel:
             return _as_turn(self._fn(messages, tools))
         index = len(self.calls) - 1
         if index >= len(self._items):
-            raise ScriptExhausted(f"scripted model {self.id!r} has {len(self._items)} turns; turn {index + 1} was asked for")
+            raise ScriptExhausted(
+                f"scripted model {self.id!r} has {len(self._items)} turns; turn {index + 1} was asked for"
+            )
         return _as_turn(self._items[index])
 
 
@@ -174,10 +176,18 @@ class TestModel:
         for tool in tools:
             fn = tool["function"]
             if fn["name"] != "done" and fn["name"] not in used:
-                return {"content": None, "tool_calls": [_as_call({"name": fn["name"], "arguments": example_value(fn.get("parameters", {}))})]}
+                return {
+                    "content": None,
+                    "tool_calls": [
+                        _as_call({"name": fn["name"], "arguments": example_value(fn.get("parameters", {}))})
+                    ],
+                }
         summary = f"(tea/test, scripted) called {len(used - {'done'})} tool(s)"
         if "done" in _tool_names(tools):
-            return {"content": None, "tool_calls": [_as_call(call("done", success=True, text=summary, files_to_display=[]))]}
+            return {
+                "content": None,
+                "tool_calls": [_as_call(call("done", success=True, text=summary, files_to_display=[]))],
+            }
         return {"content": summary, "tool_calls": []}
 
 
@@ -195,7 +205,14 @@ class DemoModel:
         if results or not offered:
             text = results[-1] if results else "I have no tools to use for this task."
             if "done" in _tool_names(tools):
-                return {"content": None, "tool_calls": [_as_call(call("done", success=bool(results), text=f"{text}\n\n— {self.label}", files_to_display=[]))]}
+                return {
+                    "content": None,
+                    "tool_calls": [
+                        _as_call(
+                            call("done", success=bool(results), text=f"{text}\n\n— {self.label}", files_to_display=[])
+                        )
+                    ],
+                }
             return {"content": f"{text}\n\n— {self.label}", "tool_calls": []}
         words = set(re.findall(r"[a-z]+", task.lower()))
 
@@ -204,7 +221,10 @@ class DemoModel:
             return len(words & set(re.findall(r"[a-z]+", text)))
 
         best = max(offered, key=overlap)
-        return {"content": None, "tool_calls": [_as_call({"name": best["name"], "arguments": _fill(best.get("parameters", {}), task)})]}
+        return {
+            "content": None,
+            "tool_calls": [_as_call({"name": best["name"], "arguments": _fill(best.get("parameters", {}), task)})],
+        }
 
 
 def _task_text(messages: list[dict]) -> str:
@@ -225,7 +245,9 @@ def _fill(schema: dict[str, Any], task: str) -> dict[str, Any]:
         kind = p.get("type")
         if kind in ("integer", "number"):
             raw = next(numbers, None)
-            out[pname] = (int(float(raw)) if kind == "integer" else float(raw)) if raw is not None else example_value(p, pname)
+            out[pname] = (
+                (int(float(raw)) if kind == "integer" else float(raw)) if raw is not None else example_value(p, pname)
+            )
         elif kind == "string" and "enum" not in p:
             out[pname] = next(quoted, None) or task
         else:
@@ -273,7 +295,14 @@ class Cassette:
 
     def record(self, messages: list[dict], tools: list[dict] | None, model: str, turn: Turn, usage: dict) -> None:
         """Append one call."""
-        entry = {"key": request_key(messages, tools), "model": model, "messages": messages, "tools": tools or [], "turn": turn, "usage": usage}
+        entry = {
+            "key": request_key(messages, tools),
+            "model": model,
+            "messages": messages,
+            "tools": tools or [],
+            "turn": turn,
+            "usage": usage,
+        }
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.path, "a") as fh:
             fh.write(json.dumps(entry, default=str) + "\n")
@@ -301,7 +330,9 @@ class Cassette:
 
 def _divergence(path: Path, cursor: int, expected: dict, messages: list[dict], tools: list[dict] | None) -> str:
     def lines(msgs: list[dict], tls: list[dict] | None) -> list[str]:
-        return json.dumps({"messages": msgs, "tools": [t["function"]["name"] for t in tls or []]}, indent=1, sort_keys=True).splitlines()
+        return json.dumps(
+            {"messages": msgs, "tools": [t["function"]["name"] for t in tls or []]}, indent=1, sort_keys=True
+        ).splitlines()
 
     diff = difflib.unified_diff(
         lines(expected["messages"], expected["tools"]), lines(messages, tools), "recorded", "this run", lineterm="", n=2

@@ -67,7 +67,11 @@ def ensure_registered() -> None:
                 return ModelResponse(
                     model=f"tea/{model}",
                     choices=[{"index": 0, "finish_reason": "tool_calls" if calls else "stop", "message": message}],
-                    usage={"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion},
+                    usage={
+                        "prompt_tokens": prompt,
+                        "completion_tokens": completion,
+                        "total_tokens": prompt + completion,
+                    },
                 )
 
             async def acompletion(self, model: str, messages: list, *args: Any, **kwargs: Any) -> ModelResponse:

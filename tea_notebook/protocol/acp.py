@@ -82,7 +82,9 @@ class AgentRegistry(Registry[AgentRecord]):
         except NotFoundError as exc:
             return not_found_result(name, str(exc))
         args = {"task": task, "files": list(files or [])}
-        return await self._invoke(name, name, AGENT_TASK_SCHEMA, args, self._runner_call(name, context), context, rec.version)
+        return await self._invoke(
+            name, name, AGENT_TASK_SCHEMA, args, self._runner_call(name, context), context, rec.version
+        )
 
     def invoke(
         self, name: str, task: str, files: list[str] | None = None, context: Context | None = None
@@ -99,7 +101,7 @@ class AgentRegistry(Registry[AgentRecord]):
             kwargs = dict(args)
             if context is not None and "context" in inspect.signature(runner).parameters:
                 kwargs["context"] = context  # nested runs hang under the caller's run
-            if inspect.iscoroutinefunction(runner) or inspect.iscoroutinefunction(getattr(runner, "__call__", None)):
+            if inspect.iscoroutinefunction(runner) or inspect.iscoroutinefunction(type(runner).__call__):
                 return runner(**kwargs)
             return asyncio.to_thread(runner, **kwargs)
 

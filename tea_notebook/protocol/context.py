@@ -23,6 +23,7 @@ class Context:
         # a run tree shares one stop signal: cancelling the root stops every sub-agent
         self.cancel: threading.Event = parent.cancel if parent is not None else threading.Event()
         self.root: str = parent.root if parent is not None else self.id
+        self.is_run = False
         self._bound: dict[str, list[str]] = {}
         self._state: dict[str, dict[str, Any]] = {}
         self._ran_ok: set[str] = set()

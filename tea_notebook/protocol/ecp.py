@@ -51,9 +51,7 @@ class EnvironmentRegistry(Registry[EnvironmentRecord]):
 
         def call(args: dict[str, Any]) -> Any:
             if missing:
-                raise RuntimeError(
-                    f"action {action!r} of {env!r} needs {', '.join(missing)} to have succeeded first"
-                )
+                raise RuntimeError(f"action {action!r} of {env!r} needs {', '.join(missing)} to have succeeded first")
             dispatch = getattr(runtime, "invoke_action", None)
             if dispatch is not None:
                 if inspect.iscoroutinefunction(dispatch):

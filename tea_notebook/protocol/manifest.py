@@ -80,14 +80,14 @@ def _read(path: Path) -> list[ToolRecord]:
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ManifestError(f"{path} is not valid JSON (truncated or corrupt?): {exc}") from None
     if not isinstance(data, dict) or data.get("format") != MANIFEST_FORMAT:
-        raise ManifestError(f"{path} is not a tea tool manifest (no \"format\": \"{MANIFEST_FORMAT}\")")
+        raise ManifestError(f'{path} is not a tea tool manifest (no "format": "{MANIFEST_FORMAT}")')
     if data.get("format_version") != MANIFEST_VERSION:
         raise ManifestError(
             f"{path} has manifest format_version {data.get('format_version')!r}; this reader knows {MANIFEST_VERSION}"
         )
     entries = data.get("tools")
     if not isinstance(entries, list):
-        raise ManifestError(f"{path}: \"tools\" must be a list")
+        raise ManifestError(f'{path}: "tools" must be a list')
     records, seen = [], set()
     for i, entry in enumerate(entries):
         if not isinstance(entry, dict):
@@ -95,7 +95,7 @@ def _read(path: Path) -> list[ToolRecord]:
         name = entry.get("name", f"tools[{i}]")
         code = entry.get("code", "")
         if not isinstance(code, str):
-            raise ManifestError(f"{path}: tool {name!r}: \"code\" must be a string")
+            raise ManifestError(f'{path}: tool {name!r}: "code" must be a string')
         fingerprint = entry.get("fingerprint")
         if code and fingerprint and hashlib.sha256(code.encode()).hexdigest() != fingerprint:
             raise ManifestError(f"{path}: tool {name!r}: code does not match its fingerprint")

@@ -226,9 +226,7 @@ class AgentRecord(Record):
     """An agent's card (ACP Σ): role, competencies, objectives, capabilities, safety, model, tools."""
 
     KIND: ClassVar[str] = "agent"
-    RELATION_TYPES: ClassVar[frozenset[str]] = frozenset(
-        {"delegates_to", "collaborates_with", "reports_to"}
-    )
+    RELATION_TYPES: ClassVar[frozenset[str]] = frozenset({"delegates_to", "collaborates_with", "reports_to"})
 
     role: str = ""
     competencies: list[str] = Field(default_factory=list)

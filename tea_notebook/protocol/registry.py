@@ -159,9 +159,7 @@ class Registry(Generic[R]):
         for rel in record.relations:
             if rel.type not in record.RELATION_TYPES:
                 allowed = ", ".join(sorted(record.RELATION_TYPES)) or "none"
-                raise RegistryError(
-                    f"{self.kind} {record.name!r}: relation type {rel.type!r} is not one of {allowed}"
-                )
+                raise RegistryError(f"{self.kind} {record.name!r}: relation type {rel.type!r} is not one of {allowed}")
             if rel.target == record.name:
                 raise RegistryError(f"{self.kind} {record.name!r} cannot relate to itself")
 
@@ -169,9 +167,7 @@ class Registry(Generic[R]):
         return record.name
 
     # -- Register -----------------------------------------------------------------------
-    def register(
-        self, obj: Any, *, note: str = "", embedding: Any = None, runtime: Any = None
-    ) -> R:
+    def register(self, obj: Any, *, note: str = "", embedding: Any = None, runtime: Any = None) -> R:
         """Add a record or a new version of it; identical content creates no new version.
 
         ``embedding`` may carry a precomputed vector of the record's search text; ``runtime`` is
@@ -247,11 +243,7 @@ class Registry(Generic[R]):
 
     def get(self, name: str, version: int | None = None) -> R:
         """The current record (or a given version). Raises NotFoundError naming what is missing."""
-        stored = (
-            self._db.head(self.kind, name)
-            if version is None
-            else self._db.version(self.kind, name, version)
-        )
+        stored = self._db.head(self.kind, name) if version is None else self._db.version(self.kind, name, version)
         if stored is None:
             if version is not None and self._db.history(self.kind, name):
                 raise NotFoundError(f"{self.kind} {name!r} has no version {version}")
@@ -299,10 +291,7 @@ class Registry(Generic[R]):
             lines.append("relations: " + ", ".join(f"{r.type} → {r.target}" for r in rec.relations))
         usage = getattr(rec, "usage", None)
         if usage is not None and usage.calls:
-            lines.append(
-                f"usage: {usage.calls} calls, {usage.failures} failed, "
-                f"{usage.mean_latency_ms:.1f} ms mean"
-            )
+            lines.append(f"usage: {usage.calls} calls, {usage.failures} failed, {usage.mean_latency_ms:.1f} ms mean")
         lines.append(f"versions: {len(self.versions(name))}")
         return "\n".join(lines)
 
@@ -316,10 +305,7 @@ class Registry(Generic[R]):
             raise NotFoundError(self._missing(name))
         head = self._db.head(self.kind, name)
         current = head.version if head else None
-        return [
-            VersionInfo(name, v.version, v.hash, v.created_at, v.note, v.version == current)
-            for v in history
-        ]
+        return [VersionInfo(name, v.version, v.hash, v.created_at, v.note, v.version == current) for v in history]
 
     def rollback(self, name: str, version: int) -> R:
         """Make an earlier version the current one; later versions stay in the history."""
@@ -338,9 +324,7 @@ class Registry(Generic[R]):
         """Apply database changes made since the last look (by this or another process)."""
         with self._lock:
             if records and not self._records and self._ids:
-                self._records = {
-                    v.name: self._parse(v.data, v.version) for v in self._db.heads(self.kind)
-                }
+                self._records = {v.name: self._parse(v.data, v.version) for v in self._db.heads(self.kind)}
             last = self._db.last_change(self.kind)
             if last == self._seq:
                 return
@@ -463,9 +447,7 @@ class Registry(Generic[R]):
                 ids_gone = [i for i in (self._db.entity_id(self.kind, n) for n in gone) if i]
                 index.remove(np.array(ids_gone, np.int64))
                 if present:
-                    index.upsert(
-                        np.array([self._ids[n] for n in present], np.int64), self._vectors_for(present)
-                    )
+                    index.upsert(np.array([self._ids[n] for n in present], np.int64), self._vectors_for(present))
                 if index.needs_rebuild():
                     index = None
             if index is None:
@@ -575,9 +557,7 @@ class Registry(Generic[R]):
         return context
 
     # -- Route --------------------------------------------------------------------------
-    def route(
-        self, query: str | None = None, context: Context | None = None, *, k: int = 10, **where: Any
-    ) -> list[R]:
+    def route(self, query: str | None = None, context: Context | None = None, *, k: int = 10, **where: Any) -> list[R]:
         """Candidates for a request: retrieved (if ``query``), limited to what ``context`` binds,
         and pruned by the relation graph (see :meth:`_admissible`)."""
         if query:
@@ -625,9 +605,7 @@ class Registry(Generic[R]):
         rec = self.get(name)
         if any(r.type == type_ and r.target == target for r in rec.relations):
             return rec
-        updated = rec.model_copy(
-            update={"relations": [*rec.relations, Relation(type=type_, target=target, note=note)]}
-        )
+        updated = rec.model_copy(update={"relations": [*rec.relations, Relation(type=type_, target=target, note=note)]})
         return self.register(updated, note=f"relate {type_} {target}")
 
     # -- Invoke -------------------------------------------------------------------------
@@ -652,10 +630,17 @@ class Registry(Generic[R]):
         if args is None:
             args = {}
         if not isinstance(args, dict):
-            return InvokeResult(label, False, error={
-                "type": "ValidationError", "field": "(arguments)", "expected": "object",
-                "message": f"arguments must be a JSON object, got {type(args).__name__}",
-            }, version=version)  # fmt: skip
+            return InvokeResult(
+                label,
+                False,
+                error={
+                    "type": "ValidationError",
+                    "field": "(arguments)",
+                    "expected": "object",
+                    "message": f"arguments must be a JSON object, got {type(args).__name__}",
+                },
+                version=version,
+            )
         if schema is not None:
             problem = _schema_errors(self._validator(schema), args)
             if problem is not None:

@@ -19,12 +19,24 @@ from pydantic.errors import PydanticSchemaGenerationError, PydanticUserError
 from tea_notebook.errors import SchemaError
 
 _GOOGLE_SECTIONS = {
-    "args": "params", "arguments": "params", "parameters": "params", "params": "params",
-    "keyword args": "params", "keyword arguments": "params",
-    "returns": "returns", "return": "returns", "yields": "returns",
-    "raises": "other", "examples": "other", "example": "other", "notes": "other",
-    "note": "other", "see also": "other", "attributes": "other", "references": "other",
-}  # fmt: skip
+    "args": "params",
+    "arguments": "params",
+    "parameters": "params",
+    "params": "params",
+    "keyword args": "params",
+    "keyword arguments": "params",
+    "returns": "returns",
+    "return": "returns",
+    "yields": "returns",
+    "raises": "other",
+    "examples": "other",
+    "example": "other",
+    "notes": "other",
+    "note": "other",
+    "see also": "other",
+    "attributes": "other",
+    "references": "other",
+}
 
 
 @dataclass
@@ -128,9 +140,7 @@ def strip_titles(schema: Any) -> Any:
 def _is_context_param(annotation: Any) -> bool:
     from tea_notebook.protocol.context import ToolContext
 
-    return annotation is ToolContext or (
-        isinstance(annotation, str) and annotation.split(".")[-1] == "ToolContext"
-    )
+    return annotation is ToolContext or (isinstance(annotation, str) and annotation.split(".")[-1] == "ToolContext")
 
 
 @dataclass
@@ -146,9 +156,7 @@ class FunctionSchema:
     is_async: bool
 
 
-def function_schema(
-    fn: Callable[..., Any], name: str | None = None, description: str | None = None
-) -> FunctionSchema:
+def function_schema(fn: Callable[..., Any], name: str | None = None, description: str | None = None) -> FunctionSchema:
     """Build the JSON Schemas of ``fn``; raise :class:`SchemaError` naming the function and parameter."""
     fname = name or getattr(fn, "__name__", repr(fn))
     try:
@@ -190,9 +198,7 @@ def function_schema(
             fields[pname] = (annotation, Field(default, description=desc))
     unknown = sorted(set(doc.params) - set(sig.parameters))
     if unknown:
-        raise SchemaError(
-            fname, unknown[0], "is described in the docstring but is not a parameter of the function"
-        )
+        raise SchemaError(fname, unknown[0], "is described in the docstring but is not a parameter of the function")
     try:
         model = create_model(  # type: ignore[call-overload]
             f"{fname}_arguments", __config__=ConfigDict(extra="forbid"), **fields

@@ -196,17 +196,19 @@ class ToolRegistry(Registry[ToolRecord]):
         except NotFoundError as exc:
             return not_found_result(name, str(exc))
         if context is not None and context.bound(self.kind) and name not in context.bound(self.kind):
-            return InvokeResult(name, False, error={
-                "type": "NotBoundError",
-                "message": f"tool {name!r} is not bound to context {context.id!r}",
-            })  # fmt: skip
+            return InvokeResult(
+                name,
+                False,
+                error={
+                    "type": "NotBoundError",
+                    "message": f"tool {name!r} is not bound to context {context.id!r}",
+                },
+            )
         ctx = context or Context()
         call = self._caller(record, ctx)
         return await self._invoke(name, name, record.parameters, args, call, ctx, record.version)
 
-    def invoke(
-        self, name: str, args: dict[str, Any] | None = None, context: Context | None = None
-    ) -> InvokeResult:
+    def invoke(self, name: str, args: dict[str, Any] | None = None, context: Context | None = None) -> InvokeResult:
         """Synchronous :meth:`ainvoke` (safe inside a running event loop)."""
         return self._sync_invoke(self.ainvoke(name, args, context))
 
@@ -261,9 +263,7 @@ class ToolRegistry(Registry[ToolRecord]):
 
         return import_manifest(self, path, trust_code=trust_code)
 
-    def watch_manifest(
-        self, path: str | Path, *, interval: float = 1.0, trust_code: bool = False
-    ) -> "ManifestWatcher":
+    def watch_manifest(self, path: str | Path, *, interval: float = 1.0, trust_code: bool = False) -> "ManifestWatcher":
         """Hot-reload: re-import ``path`` whenever it changes, until ``.stop()``."""
         from tea_notebook.protocol.manifest import ManifestWatcher
 

@@ -192,9 +192,7 @@ class _ToolsAsEnvironment:
         return (await self._ws.tools.ainvoke(tool, args, context)).unwrap()
 
 
-def t2e(
-    ws: "Workspace", tools: list[str] | str, *, name: str, description: str, rules: str = ""
-) -> EnvironmentRecord:
+def t2e(ws: "Workspace", tools: list[str] | str, *, name: str, description: str, rules: str = "") -> EnvironmentRecord:
     """Tools → Environment: a set of tools (or a toolkit) becomes one environment with a shared
     action space; actions keep the tools' schemas and their precondition links."""
     kit_rules = ""

@@ -13,12 +13,19 @@ import json
 import re
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Awaitable
 
 from tea_notebook._sync import run_sync
 from tea_notebook.errors import TeaError
-from tea_notebook.models.client import ModelClient, ModelError, ModelReply, ToolCall, display_name, is_offline, resolve_model
+from tea_notebook.models.client import (
+    ModelClient,
+    ModelError,
+    ModelReply,
+    ToolCall,
+    display_name,
+    is_offline,
+    resolve_model,
+)
 from tea_notebook.protocol.context import Context
 from tea_notebook.protocol.records import AgentRecord
 from tea_notebook.runtime.prompts import DONE_TOOL, StepRecord, build_messages
@@ -58,7 +65,9 @@ TODO_TOOL = {
     "type": "function",
     "function": {
         "name": "todo",
-        "description": "Keep the plan in todo.md: add steps, complete/update a step, list, clear finished, show, export.",
+        "description": (
+            "Keep the plan in todo.md: add steps, complete/update a step, list, clear finished, show, export."
+        ),
         "parameters": TODO_SCHEMA,
     },
 }
@@ -101,11 +110,19 @@ class RunResult:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready summary (what ``tea run --json`` prints)."""
         return {
-            "run_id": self.run_id, "agent": self.agent, "status": self.status, "success": self.success,
-            "answer": self.answer, "steps": self.steps, "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": self.completion_tokens, "cost": self.cost, "model": self.model,
-            "files": self.files, "error": self.error,
-        }  # fmt: skip
+            "run_id": self.run_id,
+            "agent": self.agent,
+            "status": self.status,
+            "success": self.success,
+            "answer": self.answer,
+            "steps": self.steps,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "cost": self.cost,
+            "model": self.model,
+            "files": self.files,
+            "error": self.error,
+        }
 
 
 def _parse_json_object(text: str) -> dict[str, Any]:
@@ -172,10 +189,15 @@ class Agent:
         self.client = client or ModelClient()
         if register:
             record = AgentRecord(
-                name=name, description=description, role=role, model=model, tools=list(tools or []),
-                max_steps=max_steps, relations=[{"type": "delegates_to", "target": a} for a in self.sub_agents],
+                name=name,
+                description=description,
+                role=role,
+                model=model,
+                tools=list(tools or []),
+                max_steps=max_steps,
+                relations=[{"type": "delegates_to", "target": a} for a in self.sub_agents],
                 origin="runtime",
-            )  # fmt: skip
+            )
             workspace.agents.register(record, runtime=self._runner)
 
     def __repr__(self) -> str:
@@ -197,8 +219,14 @@ class Agent:
         _replay: list[StepRecord] | None = None,
         _fork: tuple[str, int] | None = None,
     ) -> RunResult:
-        """Run the agent on ``task``. Never raises for the task's own failures: see ``status``."""
-        return await _Run(self, task, list(files or []), model, context, max_steps or self.max_steps, _replay, _fork).execute()
+        """Run the agent on ``task``. Never raises for the task's own failures: see ``status``.
+
+        ``context``: a :meth:`Workspace.context` whose ``cancel`` event stops the run (and its
+        sub-agents) cooperatively: ``ctx.cancel.set()`` from another thread or a Stop button.
+        """
+        return await _Run(
+            self, task, list(files or []), model, context, max_steps or self.max_steps, _replay, _fork
+        ).execute()
 
     def run_sync(self, task: str, files: list[str] | None = None, **kwargs: Any) -> RunResult:
         """:meth:`run` from synchronous code, also inside a running event loop (a notebook cell)."""
@@ -208,27 +236,44 @@ class Agent:
         """ACP runner: a sub-agent run nested under the caller's run; its answer, or an error."""
         result = await self.run(task, files, context=context)
         if result.status in ("error", "interrupted"):
-            raise RuntimeError(f"sub-agent {self.name} ended with status {result.status}: {result.error or result.answer}")
-        return result.answer if result.success else f"(sub-agent {self.name} did not succeed: {result.status}) {result.answer}"
+            raise RuntimeError(
+                f"sub-agent {self.name} ended with status {result.status}: {result.error or result.answer}"
+            )
+        return (
+            result.answer
+            if result.success
+            else f"(sub-agent {self.name} did not succeed: {result.status}) {result.answer}"
+        )
 
 
 class _Run:
     """The state of one run; ``execute`` is the loop."""
 
-    def __init__(self, agent: Agent, task: str, files: list[str], model: str | None, parent: Context | None,
-                 max_steps: int, replay: list[StepRecord] | None, fork: tuple[str, int] | None):  # fmt: skip
+    def __init__(
+        self,
+        agent: Agent,
+        task: str,
+        files: list[str],
+        model: str | None,
+        parent: Context | None,
+        max_steps: int,
+        replay: list[StepRecord] | None,
+        fork: tuple[str, int] | None,
+    ):
         self.agent, self.task, self.files, self.max_steps = agent, task, files, max_steps
         self.ws = agent.workspace
         self.model, self.model_source = agent.resolved_model(model)
         self.events = self.ws.events
         self.run_id = self.events.new_id()
         self.ctx = Context(self.run_id, parent=parent)
-        self.parent_run = parent.id if parent is not None else None
+        self.ctx.is_run = True  # type: ignore[attr-defined]
+        # a caller's plain context only shares its stop signal; a calling run becomes the parent run
+        self.parent_run = parent.id if getattr(parent, "is_run", False) else None
         self.folder = self.ws.path / "runs" / self.run_id
         self.todo = TodoList(self.folder / "todo.md") if agent.todo else None
         self.steps: list[StepRecord] = list(replay or [])
         self.summaries: list[str] = []
-        self.insights: list[str] = []
+        self.insights: list[str] = self.ws.memory_store.recall(task) if len(self.ws.memory) else []
         self.prompt_tokens = self.completion_tokens = 0
         self.cost = 0.0
         self.fork = fork
@@ -283,7 +328,11 @@ class _Run:
         self.emit("tool_call", {"id": call.id, "name": call.name, "arguments": call.arguments}, step)
         started = time.perf_counter()
         if not isinstance(call.arguments, dict):
-            obs, ok, err = f"Error: arguments of {call.name} are not a JSON object: {str(call.arguments)[:200]}", False, "ValidationError"
+            obs, ok, err = (
+                f"Error: arguments of {call.name} are not a JSON object: {str(call.arguments)[:200]}",
+                False,
+                "ValidationError",
+            )
         elif call.name == "todo" and self.todo is not None:
             try:
                 obs, ok, err = self.todo.apply(**call.arguments), True, None
@@ -291,42 +340,78 @@ class _Run:
                 obs, ok, err = f"Error (todo): {exc}", False, "ValidationError"
         else:
             try:
-                result = await asyncio.wait_for(self.ws.tools.ainvoke(call.name, call.arguments, self.ctx), self.agent.tool_timeout)
+                result = await asyncio.wait_for(
+                    self.ws.tools.ainvoke(call.name, call.arguments, self.ctx), self.agent.tool_timeout
+                )
                 obs, ok = result.to_observation(), result.ok
                 err = None if result.ok else result.error.get("type")
             except asyncio.TimeoutError:
                 obs, ok, err = f"Error: {call.name} timed out after {self.agent.tool_timeout:.0f}s", False, "Timeout"
-        self.emit("tool_result", {"id": call.id, "name": call.name, "ok": ok, "error_type": err, "observation": obs,
-                                  "latency": time.perf_counter() - started}, step)  # fmt: skip
+        self.emit(
+            "tool_result",
+            {
+                "id": call.id,
+                "name": call.name,
+                "ok": ok,
+                "error_type": err,
+                "observation": obs,
+                "latency": time.perf_counter() - started,
+            },
+            step,
+        )
         return obs, ok, err
 
     # -- the loop -------------------------------------------------------------------------
     async def _call_model(self, step: int, tools: list[dict[str, Any]]) -> ModelReply:
         messages = build_messages(
-            task=self.task, files=self.files, step=step, max_steps=self.max_steps, steps=self.steps,
-            summaries=self.summaries, insights=self.insights, todo=self.todo.render() if self.todo else "",
-            environments=self._environments(), tools=tools, max_actions=self.agent.max_actions,
-            native=self.native, system_prompt=self.agent.system_prompt,
-        )  # fmt: skip
-        self.emit("model_request", {"model": self.model, "messages": len(messages),
-                                    "prompt_chars": sum(len(m["content"]) for m in messages)}, step)  # fmt: skip
-        reply = await self._cancellable(self.agent.client.complete(self.model, messages, tools if self.native else None))
+            task=self.task,
+            files=self.files,
+            step=step,
+            max_steps=self.max_steps,
+            steps=self.steps,
+            summaries=self.summaries,
+            insights=self.insights,
+            todo=self.todo.render() if self.todo else "",
+            environments=self._environments(),
+            tools=tools,
+            max_actions=self.agent.max_actions,
+            native=self.native,
+            system_prompt=self.agent.system_prompt,
+        )
+        self.emit(
+            "model_request",
+            {"model": self.model, "messages": len(messages), "prompt_chars": sum(len(m["content"]) for m in messages)},
+            step,
+        )
+        reply = await self._cancellable(
+            self.agent.client.complete(self.model, messages, tools if self.native else None)
+        )
         self.prompt_tokens += reply.prompt_tokens
         self.completion_tokens += reply.completion_tokens
         self.cost += reply.cost
-        self.emit("model_response", {
-            "model": self.model, "content": reply.content, "tool_calls": [
-                {"id": c.id, "name": c.name, "arguments": c.arguments} for c in reply.tool_calls],
-            "prompt_tokens": reply.prompt_tokens, "completion_tokens": reply.completion_tokens,
-            "cost": reply.cost, "latency": reply.latency, "scripted": reply.scripted,
-        }, step)  # fmt: skip
+        self.emit(
+            "model_response",
+            {
+                "model": self.model,
+                "content": reply.content,
+                "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in reply.tool_calls],
+                "prompt_tokens": reply.prompt_tokens,
+                "completion_tokens": reply.completion_tokens,
+                "cost": reply.cost,
+                "latency": reply.latency,
+                "scripted": reply.scripted,
+            },
+            step,
+        )
         return reply
 
     def _environments(self) -> list[dict[str, str]]:
         out = []
         for name in self.agent.envs:
             rec = self.ws.envs.get(name)
-            out.append({"name": name, "rules": rec.rules, "state": self.ws.envs.state(name), "vision": rec.screenshot or ""})
+            out.append(
+                {"name": name, "rules": rec.rules, "state": self.ws.envs.state(name), "vision": rec.screenshot or ""}
+            )
         return out
 
     def _actions(self, reply: ModelReply) -> tuple[dict[str, str], list[ToolCall]]:
@@ -367,18 +452,37 @@ class _Run:
 
     async def execute(self) -> RunResult:
         ws = self.ws
-        ws.db.start_run({"id": self.run_id, "parent_id": self.parent_run, "agent": self.agent.name, "task": self.task,
-                         "model": self.model, "started": time.time(),
-                         "forked_from": self.fork[0] if self.fork else None, "fork_step": self.fork[1] if self.fork else None})  # fmt: skip
+        ws.db.start_run(
+            {
+                "id": self.run_id,
+                "parent_id": self.parent_run,
+                "agent": self.agent.name,
+                "task": self.task,
+                "model": self.model,
+                "started": time.time(),
+                "forked_from": self.fork[0] if self.fork else None,
+                "fork_step": self.fork[1] if self.fork else None,
+            }
+        )
         note = None
         if self.model_source == "default":
             from tea_notebook.models.client import NO_MODEL_NOTE
 
             note = NO_MODEL_NOTE
-        self.emit("run_started", {"task": self.task, "files": self.files, "model": self.model,
-                                  "model_display": display_name(self.model), "model_source": self.model_source,
-                                  "note": note, "max_steps": self.max_steps, "native_tools": self.native,
-                                  "forked_from": self.fork[0] if self.fork else None})  # fmt: skip
+        self.emit(
+            "run_started",
+            {
+                "task": self.task,
+                "files": self.files,
+                "model": self.model,
+                "model_display": display_name(self.model),
+                "model_source": self.model_source,
+                "note": note,
+                "max_steps": self.max_steps,
+                "native_tools": self.native,
+                "forked_from": self.fork[0] if self.fork else None,
+            },
+        )
         for replayed in self.steps:
             self.emit("step", {**_step_data(replayed), "replayed": True}, replayed.number)
         status, answer, error, files = "max_steps", "", None, []
@@ -431,9 +535,11 @@ class _Run:
                         if self.ctx.cancel.is_set():
                             raise RunInterrupted("the run was stopped")
                         outcomes.append(await self._cancellable(self._run_action(c, step)))
-                for c, (obs, ok, err) in zip(calls, outcomes):
+                for c, (obs, _ok, _err) in zip(calls, outcomes):
                     record.results.append((c.name, json.dumps(c.arguments, default=str), obs))
-                schema_failures = [err for _, _, err in outcomes if err in ("ValidationError", "NotFoundError", "NotBoundError")]
+                schema_failures = [
+                    err for _, _, err in outcomes if err in ("ValidationError", "NotFoundError", "NotBoundError")
+                ]
                 consecutive = consecutive + 1 if len(schema_failures) == len(outcomes) else 0
                 self._finish_step(record)
                 if consecutive >= self.agent.max_consecutive_errors:
@@ -458,12 +564,35 @@ class _Run:
 
     def _close(self, status: str, answer: str, error: str | None, files: list[str] | None = None) -> RunResult:
         steps = len(self.steps)
-        self.emit("run_finished", {"status": status, "answer": answer, "error": error, "steps": steps,
-                                   "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
-                                   "cost": self.cost, "files": files or []})  # fmt: skip
+        self.emit(
+            "run_finished",
+            {
+                "status": status,
+                "answer": answer,
+                "error": error,
+                "steps": steps,
+                "prompt_tokens": self.prompt_tokens,
+                "completion_tokens": self.completion_tokens,
+                "cost": self.cost,
+                "files": files or [],
+            },
+        )
         self.ws.db.finish_run(self.run_id, status, answer or error)
-        return RunResult(self.run_id, self.agent.name, self.task, self.model, status, answer or (error or ""), steps,
-                         self.prompt_tokens, self.completion_tokens, self.cost, files or [], error, self.ws)  # fmt: skip
+        return RunResult(
+            self.run_id,
+            self.agent.name,
+            self.task,
+            self.model,
+            status,
+            answer or (error or ""),
+            steps,
+            self.prompt_tokens,
+            self.completion_tokens,
+            self.cost,
+            files or [],
+            error,
+            self.ws,
+        )
 
     def _check(self, calls: list[ToolCall], offered: set[str]) -> str | None:
         if not calls:
@@ -502,14 +631,19 @@ class _Run:
         self.summaries.append(summary)
         self.insights.extend(i for i in insights if i not in self.insights)
         self.ws.memory_store.save(self.run_id, self.task, summary, insights)
-        self.emit("memory_written", {"summary": summary, "insights": insights, "folded_steps": [s.number for s in live]}, step)
+        self.emit(
+            "memory_written", {"summary": summary, "insights": insights, "folded_steps": [s.number for s in live]}, step
+        )
 
 
 def _step_data(record: StepRecord) -> dict[str, Any]:
     return {
-        "thinking": record.thinking, "evaluation": record.evaluation, "memory": record.memory,
-        "next_goal": record.next_goal, "results": [list(r) for r in record.results],
-    }  # fmt: skip
+        "thinking": record.thinking,
+        "evaluation": record.evaluation,
+        "memory": record.memory,
+        "next_goal": record.next_goal,
+        "results": [list(r) for r in record.results],
+    }
 
 
 def steps_from_events(events: list[Any], upto: int) -> list[StepRecord]:
@@ -518,9 +652,14 @@ def steps_from_events(events: list[Any], upto: int) -> list[StepRecord]:
     for e in events:
         if e.type == "step" and e.step is not None and e.step <= upto and e.run_id == events[0].run_id:
             d = e.data
-            out.append(StepRecord(e.step, d.get("evaluation", ""), d.get("memory", ""), d.get("next_goal", ""),
-                                  d.get("thinking", ""), [tuple(r) for r in d.get("results", [])]))  # fmt: skip
+            out.append(
+                StepRecord(
+                    e.step,
+                    d.get("evaluation", ""),
+                    d.get("memory", ""),
+                    d.get("next_goal", ""),
+                    d.get("thinking", ""),
+                    [tuple(r) for r in d.get("results", [])],
+                )
+            )
     return out
-
-
-_ = (Path, Callable)

@@ -38,7 +38,9 @@ EVENT_TYPES = frozenset(
 RUN_STATUSES = frozenset({"running", "success", "failed", "max_steps", "interrupted", "error"})
 
 _SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?)$", re.I)
-_SECRET_SHAPES = re.compile(r"\b(sk-[A-Za-z0-9_\-]{16,}|AKIA[0-9A-Z]{16}|gh[pousr]_[A-Za-z0-9]{20,}|xox[abp]-[A-Za-z0-9\-]{10,})\b")
+_SECRET_SHAPES = re.compile(
+    r"\b(sk-[A-Za-z0-9_\-]{16,}|AKIA[0-9A-Z]{16}|gh[pousr]_[A-Za-z0-9]{20,}|xox[abp]-[A-Za-z0-9\-]{10,})\b"
+)
 
 
 def redact(text: str) -> str:

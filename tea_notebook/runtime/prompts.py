@@ -92,7 +92,9 @@ class StepRecord:
 def tool_line(tool: dict[str, Any]) -> str:
     """One available action, as the model reads it in JSON mode."""
     fn = tool["function"]
-    return json.dumps({"name": fn["name"], "description": fn.get("description", ""), "parameters": fn.get("parameters", {})})
+    return json.dumps(
+        {"name": fn["name"], "description": fn.get("description", ""), "parameters": fn.get("parameters", {})}
+    )
 
 
 def build_messages(
@@ -113,7 +115,8 @@ def build_messages(
 ) -> list[dict[str, str]]:
     """System + user messages for one step."""
     env_rules = "\n".join(
-        f"<environment name=\"{e['name']}\"><interaction>{e.get('rules', '')}</interaction></environment>" for e in environments
+        f'<environment name="{e["name"]}"><interaction>{e.get("rules", "")}</interaction></environment>'
+        for e in environments
     )
     system = (system_prompt or SYSTEM_PROMPT).format(
         environments_rules=env_rules, max_actions=max_actions, output_rules=NATIVE_OUTPUT if native else JSON_OUTPUT
@@ -127,7 +130,7 @@ def build_messages(
     if insights:
         history += "\n<insights>\n" + "\n".join(f"- {s}" for s in insights) + "\n</insights>"
     env_state = "\n".join(
-        f"<environment name=\"{e['name']}\"><state>{e.get('state', '')}</state>"
+        f'<environment name="{e["name"]}"><state>{e.get("state", "")}</state>'
         + (f"<vision>{e['vision']}</vision>" if e.get("vision") else "")
         + "</environment>"
         for e in environments

@@ -107,7 +107,9 @@ class TodoList:
                 if prio not in PRIORITIES:
                     raise ValueError(f"priority must be one of {', '.join(PRIORITIES)}, not {prio!r}")
                 self.steps.append(
-                    TodoStep(next_id + i, spec["description"], spec.get("parameters", {}), prio, spec.get("category", ""))
+                    TodoStep(
+                        next_id + i, spec["description"], spec.get("parameters", {}), prio, spec.get("category", "")
+                    )
                 )
             self._write()
             return f"added {len(steps)} step(s)\n" + self.render()

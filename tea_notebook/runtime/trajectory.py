@@ -77,7 +77,12 @@ class Trajectory:
             elif e.type == "tool_result":
                 for a in view.actions:
                     if a["id"] == d["id"]:
-                        a.update(ok=d["ok"], observation=d["observation"], error_type=d.get("error_type"), latency=d.get("latency"))
+                        a.update(
+                            ok=d["ok"],
+                            observation=d["observation"],
+                            error_type=d.get("error_type"),
+                            latency=d.get("latency"),
+                        )
             elif e.type == "step":
                 view.thinking, view.evaluation = d.get("thinking", ""), d.get("evaluation", "")
                 view.memory, view.next_goal = d.get("memory", ""), d.get("next_goal", "")
@@ -86,19 +91,37 @@ class Trajectory:
                     done = {a["name"] for a in view.actions}
                     for tool, args, result in d.get("results", []):
                         if tool not in done:
-                            view.actions.append({"name": tool, "arguments": args, "observation": result, "ok": not str(result).startswith("Error")})
+                            view.actions.append(
+                                {
+                                    "name": tool,
+                                    "arguments": args,
+                                    "observation": result,
+                                    "ok": not str(result).startswith("Error"),
+                                }
+                            )
             elif e.type == "error":
                 view.errors.append(d.get("message", ""))
             elif e.type == "memory_written":
                 memory.append(d)
         children = [
-            cls._build(workspace, child, events) for child in workspace.db.runs(parent_id=row["id"]) if child["id"] != row["id"]
+            cls._build(workspace, child, events)
+            for child in workspace.db.runs(parent_id=row["id"])
+            if child["id"] != row["id"]
         ]
         return cls(
-            run_id=row["id"], agent=row["agent"], task=row["task"], model=row["model"], status=row["status"],
-            answer=row["answer"] or "", steps=[steps[k] for k in sorted(steps)], children=children, events=own,
-            parent_id=row["parent_id"], forked_from=row["forked_from"], memory=memory,
-        )  # fmt: skip
+            run_id=row["id"],
+            agent=row["agent"],
+            task=row["task"],
+            model=row["model"],
+            status=row["status"],
+            answer=row["answer"] or "",
+            steps=[steps[k] for k in sorted(steps)],
+            children=children,
+            events=own,
+            parent_id=row["parent_id"],
+            forked_from=row["forked_from"],
+            memory=memory,
+        )
 
     @property
     def prompt_tokens(self) -> int:
@@ -137,8 +160,10 @@ class Trajectory:
 
     def text(self, indent: str = "") -> str:
         """A readable plain-text rendering (also what ``tea show`` prints)."""
-        lines = [f"{indent}run {self.run_id} · {self.agent} · {display_name(self.model)} · {self.status}",
-                 f"{indent}task: {self.task}"]  # fmt: skip
+        lines = [
+            f"{indent}run {self.run_id} · {self.agent} · {display_name(self.model)} · {self.status}",
+            f"{indent}task: {self.task}",
+        ]
         if self.forked_from:
             lines.append(f"{indent}forked from {self.forked_from}")
         for s in self.steps:

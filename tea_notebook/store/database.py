@@ -74,7 +74,17 @@ class StoredVersion:
 
 
 _RUN_COLUMNS = (
-    "id", "parent_id", "agent", "task", "model", "status", "started", "ended", "answer", "forked_from", "fork_step",
+    "id",
+    "parent_id",
+    "agent",
+    "task",
+    "model",
+    "status",
+    "started",
+    "ended",
+    "answer",
+    "forked_from",
+    "fork_step",
 )
 
 
@@ -126,9 +136,7 @@ class Database:
             _check_is_ours(self.path)
         self._lock = threading.RLock()
         try:
-            self._conn = sqlite3.connect(
-                self.path, timeout=60.0, isolation_level=None, check_same_thread=False
-            )
+            self._conn = sqlite3.connect(self.path, timeout=60.0, isolation_level=None, check_same_thread=False)
             self._conn.execute("PRAGMA journal_mode=WAL")
             self._conn.execute("PRAGMA synchronous=NORMAL")
             self._conn.execute("PRAGMA busy_timeout=60000")
@@ -136,9 +144,7 @@ class Database:
                 for stmt in filter(str.strip, _SCHEMA.split(";")):
                     cur.execute(stmt)
                 cur.execute("INSERT OR IGNORE INTO meta VALUES ('format', ?)", (FORMAT,))
-                cur.execute(
-                    "INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
-                )
+                cur.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
         except sqlite3.DatabaseError as exc:
             raise WorkspaceError(f"cannot open workspace database {self.path}: {exc}") from None
 
@@ -201,9 +207,7 @@ class Database:
         ).fetchone()
         if head is not None and head[1] == hash_:
             return head[0], False
-        last = cur.execute(
-            "SELECT max(version) FROM versions WHERE kind=? AND name=?", (kind, name)
-        ).fetchone()[0]
+        last = cur.execute("SELECT max(version) FROM versions WHERE kind=? AND name=?", (kind, name)).fetchone()[0]
         version = (last or 0) + 1
         now = time.time()
         cur.execute(
@@ -255,16 +259,12 @@ class Database:
 
     def version(self, kind: str, name: str, version: int) -> StoredVersion | None:
         """One stored version, current or not."""
-        rows = self._read(
-            "SELECT * FROM versions WHERE kind=? AND name=? AND version=?", (kind, name, version)
-        )
+        rows = self._read("SELECT * FROM versions WHERE kind=? AND name=? AND version=?", (kind, name, version))
         return StoredVersion(*rows[0]) if rows else None
 
     def history(self, kind: str, name: str) -> list[StoredVersion]:
         """Every stored version of a record, oldest first."""
-        rows = self._read(
-            "SELECT * FROM versions WHERE kind=? AND name=? ORDER BY version", (kind, name)
-        )
+        rows = self._read("SELECT * FROM versions WHERE kind=? AND name=? ORDER BY version", (kind, name))
         return [StoredVersion(*r) for r in rows]
 
     def heads(self, kind: str) -> list[StoredVersion]:
@@ -296,9 +296,7 @@ class Database:
         if not ids:
             return {}
         marks = ",".join("?" * len(ids))
-        rows = self._read(
-            f"SELECT id, name FROM entities WHERE kind=? AND id IN ({marks})", (kind, *ids)
-        )
+        rows = self._read(f"SELECT id, name FROM entities WHERE kind=? AND id IN ({marks})", (kind, *ids))
         return dict(rows)
 
     # -- change log ---------------------------------------------------------------------
@@ -308,9 +306,7 @@ class Database:
 
     def changes_since(self, kind: str, seq: int) -> list[Change]:
         """Changes to a kind after ``seq``, oldest first."""
-        rows = self._read(
-            "SELECT * FROM changes WHERE kind=? AND seq>? ORDER BY seq", (kind, seq)
-        )
+        rows = self._read("SELECT * FROM changes WHERE kind=? AND seq>? ORDER BY seq", (kind, seq))
         return [Change(*r) for r in rows]
 
     # -- usage --------------------------------------------------------------------------
@@ -347,9 +343,7 @@ class Database:
     def finish_run(self, run_id: str, status: str, answer: str | None) -> None:
         """Record how a run ended."""
         with self.transaction() as cur:
-            cur.execute(
-                "UPDATE runs SET status=?, answer=?, ended=? WHERE id=?", (status, answer, time.time(), run_id)
-            )
+            cur.execute("UPDATE runs SET status=?, answer=?, ended=? WHERE id=?", (status, answer, time.time(), run_id))
 
     def append_events(self, rows: list[tuple]) -> None:
         """Append events ``(id, run_id, parent_id, type, step, time, data)`` in one transaction."""
@@ -401,8 +395,7 @@ class Database:
             chunk = text_hashes[start : start + 500]
             marks = ",".join("?" * len(chunk))
             for h, dim, blob in self._read(
-                f"SELECT text_hash, dim, vector FROM embeddings WHERE embedder=? "
-                f"AND text_hash IN ({marks})",
+                f"SELECT text_hash, dim, vector FROM embeddings WHERE embedder=? AND text_hash IN ({marks})",
                 (embedder, *chunk),
             ):
                 out[h] = np.frombuffer(blob, dtype=np.float32, count=dim)

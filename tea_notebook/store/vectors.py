@@ -88,9 +88,7 @@ class VectorIndex:
         if not len(ids):
             return
         self._index.remove_ids(ids)
-        self._index.add_with_ids(
-            np.ascontiguousarray(vectors, dtype=np.float32).reshape(-1, self.dim), ids
-        )
+        self._index.add_with_ids(np.ascontiguousarray(vectors, dtype=np.float32).reshape(-1, self.dim), ids)
 
     def remove(self, ids: np.ndarray) -> None:
         """Drop ids (absent ones are ignored)."""
@@ -98,9 +96,7 @@ class VectorIndex:
         if len(ids):
             self._index.remove_ids(ids)
 
-    def search(
-        self, query: np.ndarray, k: int, allowed: "set[int] | None" = None
-    ) -> tuple[np.ndarray, np.ndarray]:
+    def search(self, query: np.ndarray, k: int, allowed: "set[int] | None" = None) -> tuple[np.ndarray, np.ndarray]:
         """Top-k ``(ids, scores)`` for one normalised query vector, only ``allowed`` ids when given."""
         if len(self) == 0 or k <= 0:
             return np.empty(0, np.int64), np.empty(0, np.float32)
