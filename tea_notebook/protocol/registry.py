@@ -567,12 +567,14 @@ class Registry(Generic[R]):
         bound = context.bound(self.kind) if context is not None else []
         if bound:
             candidates = [c for c in candidates if c.name in bound]
+        return self.prune(candidates, context)[:k]
+
+    def prune(self, candidates: list[R], context: Context | None = None) -> list[R]:
+        """Keep the candidates the relation graph admits, in order (see :meth:`_admissible`)."""
         chosen: list[R] = []
         for cand in candidates:
             if self._admissible(cand, chosen, context):
                 chosen.append(cand)
-            if len(chosen) >= k:
-                break
         return chosen
 
     def _admissible(self, cand: R, chosen: list[R], context: Context | None) -> bool:

@@ -300,8 +300,7 @@ class _Run:
         """OpenAI tool definitions offered this step, and which of them are sub-agents."""
         ws = self.ws
         if self.agent.tools is not None:
-            records = [ws.tools.get(n) for n in self.agent.tools]
-            records = [r for r in ws.tools.route(context=self.ctx, k=10_000) if r.name in {x.name for x in records}]
+            records = ws.tools.prune([ws.tools.get(n) for n in self.agent.tools], self.ctx)
         elif len(ws.tools) <= 20:
             records = ws.tools.route(context=self.ctx, k=20)
         else:
