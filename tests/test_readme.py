@@ -40,3 +40,22 @@ def test_readme_opens_with_the_two_commands():
     assert first[0].startswith("bash scripts/run.sh") and "--headless" in first[0]
     assert first[1].startswith("bash scripts/test.sh")
     assert "scripts/test.sh" in (ROOT / ".ci" / "run").read_text()
+
+
+@pytest.mark.slow
+def test_agent_examples_run_offline(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("TEA_MODEL", raising=False)
+    monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    blocks = _blocks()
+    agents_at = next(i for i, b in enumerate(blocks) if 'ws.agent("calc"' in b)
+    ns: dict = {}
+    exec(blocks[0], ns)  # noqa: S102 - our own README
+    exec(blocks[agents_at], ns)  # noqa: S102
+    result = ns["result"]
+    assert result.status == "success" and result.answer.startswith("86.0")
+    assert "tea/demo" in result.model and "not an LLM" in result.answer
+    assert "convert_temperature" in result.trajectory.text()
+    exec(blocks[agents_at + 1], ns)  # noqa: S102 - the ScriptedModel example
+    last = ns["ws"].runs(1)[0]
+    assert last["status"] == "success" and last["answer"] == "86 °F"
