@@ -88,7 +88,9 @@ def make_tool(
     metadata: dict[str, Any] | None = None,
     source: str | None = None,
 ) -> Tool:
-    """Build a :class:`Tool` from a function (see :func:`tool` for the arguments)."""
+    """Build a :class:`Tool` from a function: its schema from type hints and docstring, its source,
+    the third-party modules it imports (unless ``dependencies`` is given), and the metadata passed.
+    ``source`` overrides the source text (for code that Python cannot inspect)."""
     if isinstance(fn, Tool):
         return fn
     if not callable(fn):
@@ -117,41 +119,19 @@ def make_tool(
     return Tool(record, fn, spec.args_model, spec.context_param)
 
 
-def tool(
-    fn: Callable[..., Any] | None = None,
-    *,
-    name: str | None = None,
-    description: str | None = None,
-    category: str = "general",
-    toolkit: str | None = None,
-    permissions: Iterable[str] = (),
-    dependencies: Iterable[str] | None = None,
-    relations: Iterable[Relation | tuple[str, str]] = (),
-    metadata: dict[str, Any] | None = None,
-    workspace: Any = None,
-) -> Any:
+def tool(fn: Callable[..., Any] | None = None, *, workspace: Any = None, **options: Any) -> Any:
     """Turn a typed function into a :class:`Tool`; register it in ``workspace`` or the current one.
 
-    Works bare (``@tool``) and with arguments (``@tool(category="math")``). Without a workspace
-    argument the tool is registered in the current workspace when one is active
-    (``ws.activate()``); otherwise it is returned unregistered for ``ws.tools.register(...)``.
-
-    ``relations`` takes ``Relation`` objects or ``(type, target)`` pairs with types
-    ``depends_on``, ``conflicts_with``, ``precondition`` and ``postcondition``.
+    Works bare (``@tool``) and with arguments (``@tool(category="math")``); ``options`` are those of
+    :func:`make_tool`: ``name``, ``description``, ``category``, ``toolkit``, ``permissions``,
+    ``dependencies``, ``relations`` (``Relation`` objects or ``(type, target)`` pairs with types
+    ``depends_on``, ``conflicts_with``, ``precondition``, ``postcondition``) and ``metadata``.
+    Without a workspace argument the tool is registered in the current workspace when one is
+    active (``ws.activate()``); otherwise it is returned unregistered for ``ws.tools.register(...)``.
     """
 
     def build(f: Callable[..., Any]) -> Tool:
-        built = make_tool(
-            f,
-            name=name,
-            description=description,
-            category=category,
-            toolkit=toolkit,
-            permissions=permissions,
-            dependencies=dependencies,
-            relations=relations,
-            metadata=metadata,
-        )
+        built = make_tool(f, **options)
         from tea_notebook.workspace import current_workspace
 
         target = workspace if workspace is not None else current_workspace(required=False)
