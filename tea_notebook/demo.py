@@ -133,6 +133,12 @@ def run_demo(path: str | Path) -> Workspace:
     agent_tool = tx.a2t(ws, "summarizer")
     print("  ", agent_tool.name, "->", ws.tools.invoke(agent_tool.name, {"task": "TEA in one line"}).value)
 
+    _say("an agent run (no model configured: the offline demo model, scripted, not an LLM)")
+    helper = ws.agent("helper", tools=["convert_temperature", "count_words"], max_steps=5)
+    result = helper.run_sync("Convert 30 degrees Celsius to Fahrenheit")
+    print(f"   status {result.status}, {result.steps} steps, {result.prompt_tokens} prompt tokens")
+    print("   " + result.trajectory.text().replace("\n", "\n   "))
+
     _say("the tool manifest")
     manifest = path / "tools.json"
     ws.tools.export_manifest(manifest)

@@ -518,11 +518,11 @@ class _Run:
                     if bad is None:
                         status = "success" if args.get("success") else "failed"
                         answer, files = str(args.get("text", "")), list(args.get("files_to_display") or [])
-                        record.results.append(("done", json.dumps(args), "finished"))
+                        record.results.append(("done", json.dumps(args, ensure_ascii=False, default=str), "finished"))
                         self._finish_step(record)
                         break
                     consecutive += 1
-                    record.results.append(("done", json.dumps(args, default=str), f"Error: {bad}"))
+                    record.results.append(("done", json.dumps(args, ensure_ascii=False, default=str), f"Error: {bad}"))
                     self._finish_step(record)
                     continue
                 calls = calls[: self.agent.max_actions]
@@ -535,7 +535,7 @@ class _Run:
                             raise RunInterrupted("the run was stopped")
                         outcomes.append(await self._cancellable(self._run_action(c, step)))
                 for c, (obs, _ok, _err) in zip(calls, outcomes):
-                    record.results.append((c.name, json.dumps(c.arguments, default=str), obs))
+                    record.results.append((c.name, json.dumps(c.arguments, ensure_ascii=False, default=str), obs))
                 schema_failures = [
                     err for _, _, err in outcomes if err in ("ValidationError", "NotFoundError", "NotBoundError")
                 ]

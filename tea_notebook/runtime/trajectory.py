@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -188,6 +189,11 @@ class Trajectory:
 
 
 def _args(args: Any) -> str:
+    if isinstance(args, str):
+        try:
+            args = json.loads(args)
+        except ValueError:
+            pass
     if isinstance(args, dict):
         return ", ".join(f"{k}={v!r}" for k, v in args.items())[:120]
     return str(args)[:120]
