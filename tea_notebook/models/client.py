@@ -93,6 +93,15 @@ _TRANSIENT = (
 )
 
 
+def _retryable(exc: Exception, model: str) -> bool:
+    """Transient provider trouble is retried; offline models and credential problems never are."""
+    name, text = type(exc).__name__, str(exc).lower()
+    if name not in _TRANSIENT or "credential" in text or "api key" in text or "api_key" in text:
+        return False
+    # offline models have no network: only the rate-limit errors a script raises on purpose are retried
+    return not is_offline(model) or name == "RateLimitError"
+
+
 def _friendly(model: str, exc: Exception) -> ModelError:
     """One readable sentence naming the model and, where it helps, the variable to set."""
     kind = type(exc).__name__
@@ -202,11 +211,7 @@ class ModelClient:
                 inner = _tea_cause(exc)
                 if inner is not None:  # an offline model's own error (script exhausted, replay diverged)
                     raise inner from None
-                if (
-                    type(exc).__name__ in _TRANSIENT
-                    and attempt < self.retries
-                    and "Missing credentials" not in str(exc)
-                ):
+                if _retryable(exc, model) and attempt < self.retries:
                     delay = self.backoff * (2**attempt) * (0.5 + random.random())
                     log.warning("model %s: %s, retrying in %.1fs", model, type(exc).__name__, delay)
                     await asyncio.sleep(delay)

@@ -32,6 +32,10 @@ class ScriptExhausted(TeaError):
     """A scripted model was asked for more turns than its script has."""
 
 
+class ScriptError(TeaError):
+    """A script item or a script function that is not a valid turn (or that raised)."""
+
+
 def call(name: str, **arguments: Any) -> Turn:
     """One tool call, for scripts: ``call("add", a=1, b=2)``."""
     return {"name": name, "arguments": arguments}
@@ -46,8 +50,11 @@ def _as_turn(item: Any) -> Turn:
     if isinstance(item, dict) and "name" in item and "arguments" in item:
         return {"content": None, "tool_calls": [_as_call(item)]}
     if isinstance(item, dict):
-        return {"content": item.get("content"), "tool_calls": [_as_call(c) for c in item.get("tool_calls", [])]}
-    raise TypeError(f"a script item must be text, a call(...) or a list of calls, not {type(item).__name__}")
+        turn = {"content": item.get("content"), "tool_calls": [_as_call(c) for c in item.get("tool_calls", [])]}
+        if item.get("usage"):
+            turn["usage"] = dict(item["usage"])
+        return turn
+    raise ScriptError(f"a script item must be text, a call(...) or a list of calls, not {type(item).__name__}")
 
 
 _ids = itertools.count(1)
@@ -71,13 +78,18 @@ class ScriptedModel:
 
     _registry: dict[str, "ScriptedModel"] = {}
     _lock = threading.Lock()
+    _counter = itertools.count(1)
 
     def __init__(self, script: Iterable[Any] | Callable[[list[dict], list[dict]], Any], name: str | None = None):
         self._fn = script if callable(script) else None
         self._items = None if callable(script) else list(script)
         self.calls: list[list[dict]] = []
         with self._lock:
-            self.id = name or f"s{len(self._registry) + 1}"
+            if name is None:
+                name = f"s{next(self._counter)}"
+                while name in self._registry:
+                    name = f"s{next(self._counter)}"
+            self.id = name
             self._registry[self.id] = self
 
     @property
@@ -96,7 +108,15 @@ class ScriptedModel:
         """The next turn."""
         self.calls.append(messages)
         if self._fn is not None:
-            return _as_turn(self._fn(messages, tools))
+            try:
+                item = self._fn(messages, tools)
+            except TeaError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - a broken script is the script's error, not the network's
+                if type(exc).__module__.startswith("litellm"):
+                    raise  # scripted provider errors (rate limits…) keep their litellm type
+                raise ScriptError(f"the script function of {self.id!r} raised {type(exc).__name__}: {exc}") from exc
+            return _as_turn(item)
         index = len(self.calls) - 1
         if index >= len(self._items):
             raise ScriptExhausted(
@@ -105,11 +125,17 @@ class ScriptedModel:
         return _as_turn(self._items[index])
 
 
-def example_value(schema: dict[str, Any], name: str = "x", defs: dict | None = None) -> Any:
-    """A value that satisfies a JSON Schema (what pydantic-ai's TestModel does for arguments)."""
+def example_value(schema: dict[str, Any], name: str = "x", defs: dict | None = None, depth: int = 0) -> Any:
+    """A value that satisfies a JSON Schema (what pydantic-ai's TestModel does for arguments).
+
+    Honours enums, consts, defaults, numeric bounds, string and array lengths, tuples
+    (``prefixItems``) and ``$ref``; deep inside recursive models arrays are left empty so they end.
+    """
     defs = defs if defs is not None else schema.get("$defs", {})
+    if depth > 12:
+        return None
     if "$ref" in schema:
-        return example_value(defs.get(schema["$ref"].rsplit("/", 1)[-1], {}), name, defs)
+        return example_value(defs.get(schema["$ref"].rsplit("/", 1)[-1], {}), name, defs, depth + 1)
     if "default" in schema:
         return schema["default"]
     if "enum" in schema:
@@ -119,25 +145,64 @@ def example_value(schema: dict[str, Any], name: str = "x", defs: dict | None = N
     for key in ("anyOf", "oneOf"):
         if key in schema:
             options = [s for s in schema[key] if s.get("type") != "null"] or schema[key]
-            return example_value(options[0], name, defs)
+            return example_value(options[0], name, defs, depth + 1)
+    if "allOf" in schema and schema["allOf"]:
+        return example_value(schema["allOf"][0], name, defs, depth + 1)
     kind = schema.get("type", "string")
     if isinstance(kind, list):
         kind = next((k for k in kind if k != "null"), "string")
     if kind == "object":
         props = schema.get("properties", {})
         required = schema.get("required", list(props))
-        return {k: example_value(v, k, defs) for k, v in props.items() if k in required}
+        return {k: example_value(v, k, defs, depth + 1) for k, v in props.items() if k in required}
     if kind == "array":
-        return [example_value(schema.get("items", {}), name, defs)] * max(1, schema.get("minItems", 1))
-    if kind == "integer":
-        return max(int(schema.get("minimum", 1)), 1)
-    if kind == "number":
-        return float(schema.get("minimum", 1.0)) or 1.0
+        if "prefixItems" in schema:
+            return [example_value(item, name, defs, depth + 1) for item in schema["prefixItems"]]
+        # one example item shows the tool something real; deep inside recursive models, none
+        count = int(schema.get("minItems", 0 if depth > 3 else 1))
+        if "maxItems" in schema:
+            count = min(count, int(schema["maxItems"]))
+        item_schema = schema.get("items", {})
+        if schema.get("uniqueItems") and count > 1:
+            return [_distinct(item_schema, i, name, defs, depth) for i in range(count)]
+        return [example_value(item_schema, name, defs, depth + 1) for _ in range(count)]
+    if kind in ("integer", "number"):
+        return _number(schema, kind)
     if kind == "boolean":
         return True
     if kind == "null":
         return None
-    return f"example {name}"
+    text = f"example {name}"
+    low, high = int(schema.get("minLength", 0)), schema.get("maxLength")
+    text = text.ljust(low, "x")
+    return text[: int(high)] if high is not None else text
+
+
+def _number(schema: dict[str, Any], kind: str) -> int | float:
+    """1 when the bounds allow it, otherwise the nearest value inside them."""
+    step = 1 if kind == "integer" else 0.5
+    value: float = 1
+    if "minimum" in schema and value < schema["minimum"]:
+        value = schema["minimum"]
+    if "exclusiveMinimum" in schema and value <= schema["exclusiveMinimum"]:
+        value = schema["exclusiveMinimum"] + step
+    if "maximum" in schema and value > schema["maximum"]:
+        value = schema["maximum"]
+    if "exclusiveMaximum" in schema and value >= schema["exclusiveMaximum"]:
+        value = schema["exclusiveMaximum"] - step
+    if "multipleOf" in schema:
+        m = schema["multipleOf"]
+        value = m * max(1, -(-value // m))
+    return int(value) if kind == "integer" else float(value)
+
+
+def _distinct(item_schema: dict[str, Any], i: int, name: str, defs: dict, depth: int) -> Any:
+    base = example_value(item_schema, name, defs, depth + 1)
+    if isinstance(base, bool):
+        return [True, False][i % 2]
+    if isinstance(base, (int, float)):
+        return base + i
+    return f"{base} {i}" if isinstance(base, str) else base
 
 
 def _tool_names(tools: list[dict]) -> list[str]:
@@ -237,7 +302,7 @@ def _task_text(messages: list[dict]) -> str:
 
 def _fill(schema: dict[str, Any], task: str) -> dict[str, Any]:
     numbers = iter(re.findall(r"-?\d+(?:\.\d+)?", task))
-    quoted = iter(re.findall(r"[\"'“](.+?)[\"'”]", task))
+    quoted = iter(re.findall(r"(?:^|(?<=[\s(:]))[\"'“‘](.+?)[\"'”’](?=[\s.,;:!?)]|$)", task))
     out = {}
     props = schema.get("properties", {})
     for pname in schema.get("required", list(props)):
@@ -321,8 +386,9 @@ class Cassette:
                 entry = self.entries[0]
                 self.cursor = 1
             else:
-                expected = self.entries[min(self.cursor, len(self.entries) - 1)]
-                raise ReplayDivergence(_divergence(self.path, self.cursor, expected, messages, tools))
+                # after a finished replay, a new run starts at the first recorded call
+                at = 0 if self.cursor >= len(self.entries) else self.cursor
+                raise ReplayDivergence(_divergence(self.path, at, self.entries[at], messages, tools))
         turn = dict(entry["turn"])
         turn["usage"] = entry.get("usage", {})
         return turn
@@ -331,7 +397,7 @@ class Cassette:
 def _divergence(path: Path, cursor: int, expected: dict, messages: list[dict], tools: list[dict] | None) -> str:
     def lines(msgs: list[dict], tls: list[dict] | None) -> list[str]:
         return json.dumps(
-            {"messages": msgs, "tools": [t["function"]["name"] for t in tls or []]}, indent=1, sort_keys=True
+            {"messages": msgs, "tools": tls or []}, indent=1, sort_keys=True
         ).splitlines()
 
     diff = difflib.unified_diff(

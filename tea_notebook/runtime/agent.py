@@ -563,6 +563,13 @@ class _Run:
 
     def _close(self, status: str, answer: str, error: str | None, files: list[str] | None = None) -> RunResult:
         steps = len(self.steps)
+        # the run's totals include its sub-agents' calls (what this task cost); own calls are
+        # in the trajectory's ledger by agent
+        for e in self.ws.events.events(self.run_id, nested=True):
+            if e.type == "model_response" and e.run_id != self.run_id:
+                self.prompt_tokens += e.data.get("prompt_tokens", 0)
+                self.completion_tokens += e.data.get("completion_tokens", 0)
+                self.cost += e.data.get("cost", 0.0)
         self.emit(
             "run_finished",
             {

@@ -1,0 +1,544 @@
+"""Benchmarks of the agent runtime against smolagents' ToolCallingAgent (issue: agent runtime).
+
+    .venv/bin/python bench/bench_runtime.py [--write] [--repeat 3] [--steps 50 200]
+
+Both agents follow the same scripted trajectory: model call i (1-based) asks for
+``lookup(key="k{i}")`` for i <= N, then call N+1 finishes (``done`` on our side, smolagents'
+``final_answer`` on theirs). ``lookup`` is instant and returns a 200-character string. So a run is
+N+1 steps and N tool calls, and every millisecond that is not spent inside the model call is the
+framework's.
+
+Two ways of plugging in the scripted model, both measured side by side:
+  (a) direct: no litellm. Ours: a ``ModelClient`` subclass whose ``complete`` answers from the
+      script; smolagents: a ``Model`` subclass whose ``generate`` returns a ``ChatMessage``.
+  (b) litellm: both go through ``litellm`` to our ``tea`` custom provider serving a
+      ``ScriptedModel``. Ours: ``ModelClient.complete`` (``litellm.acompletion``); smolagents:
+      ``LiteLLMModel(model_id=script.name)`` (``litellm.completion``).
+Measured (median of --repeat runs, each in a fresh workspace / fresh agent, after a warm-up run):
+  1. per-step framework overhead = (wall time of the run - time inside the model call) / steps,
+     where the model call is ``ModelClient.complete`` (ours) or ``Model.generate`` (smolagents);
+     also the total wall time per step;
+  2. prompt size (tokens of the messages sent) at step 50 and 200, our memory budget on
+     (memory_budget=3000, keep_recent_steps=4), with one tokenizer for both;
+  3. where our per-step time goes (each piece timed alone).
+With --write the figures replace the "Agent runtime" section of docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import itertools
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+# litellm must not try to download its price list (this machine is offline; ModelClient sets the
+# same for our side, smolagents' LiteLLMModel would not).
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import tea_notebook  # noqa: E402
+from tea_notebook.models.client import ModelClient, ModelReply, ToolCall  # noqa: E402
+from tea_notebook.models.offline import ScriptedModel, call  # noqa: E402
+from tea_notebook.models.provider import ensure_registered  # noqa: E402
+
+TASK = "Look up the keys k1, k2, k3, ... one at a time with the lookup tool, then report that you are done."
+FILLER = "lorem ipsum dolor sit amet, consectetur adipiscing elit; " * 5
+MEMORY_BUDGET, KEEP_RECENT = 3000, 4
+PROMPT_STEPS = (50, 200)
+OVERHEAD_TARGET = 0.2  # ours / smolagents, per-step overhead
+PROMPT_TARGET = 0.5  # ours / smolagents, prompt tokens at step 200
+
+
+def lookup_value(key: str) -> str:
+    """The instant tool's answer: 200 characters."""
+    return (f"value of {key}: " + FILLER)[:200]
+
+
+class Script:
+    """The shared trajectory: call i is lookup(key=f"k{i}") for i <= n, then ``finish``."""
+
+    def __init__(self, n: int, finish: dict[str, Any]):
+        self.n, self.finish, self.i = n, finish, 0
+
+    def __call__(self, messages: Any = None, tools: Any = None) -> dict[str, Any]:
+        self.i += 1
+        item = call("lookup", key=f"k{self.i}") if self.i <= self.n else self.finish
+        return {**item, "id": f"call_{self.i}"}  # the same ids on every side and way (smolagents shows them)
+
+
+OUR_FINISH = call("done", success=True, text="ok")
+SMOL_FINISH = call("final_answer", answer="ok")
+
+
+# -- tokens -----------------------------------------------------------------------------------
+def _tokenizer() -> tuple[Callable[[str], int], str]:
+    """tiktoken cl100k_base when it loads offline (litellm ships the file), else len(text) // 4."""
+    try:
+        import litellm.litellm_core_utils.default_encoding  # noqa: F401 - points TIKTOKEN_CACHE_DIR at the bundled files
+        import tiktoken
+
+        enc = tiktoken.get_encoding("cl100k_base")
+        return (lambda text: len(enc.encode(text, disallowed_special=()))), "tiktoken cl100k_base"
+    except Exception:  # noqa: BLE001 - any failure: the rough estimate
+        return (lambda text: len(text) // 4), "len(text) // 4"
+
+
+def message_text(m: Any) -> str:
+    """Role and text of one message: our dicts and smolagents' ChatMessage alike."""
+    if isinstance(m, dict):
+        role, content = m.get("role", ""), m.get("content")
+    else:
+        role, content = getattr(m.role, "value", m.role), m.content
+    if isinstance(content, list):
+        content = "\n".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+    return f"{role}\n{content or ''}"
+
+
+def prompt_tokens(messages: list[Any], count: Callable[[str], int]) -> int:
+    """Tokens of the messages' text (no per-message framing tokens, no tool schemas)."""
+    return sum(count(message_text(m)) for m in messages)
+
+
+# -- our side ----------------------------------------------------------------------------------
+class TimedClient(ModelClient):
+    """``ModelClient`` through litellm (way b), timing ``complete`` and keeping chosen prompts."""
+
+    def __init__(self, capture: set[int] | None = None):
+        super().__init__()
+        self.model_s, self.calls = 0.0, 0
+        self.capture = capture or set()
+        self.prompts: dict[int, tuple[list, list | None]] = {}
+
+    async def _reply(self, model: str, messages: list[dict], tools: list[dict] | None, **params: Any) -> ModelReply:
+        return await super().complete(model, messages, tools, **params)
+
+    async def complete(
+        self, model: str, messages: list[dict], tools: list[dict] | None = None, **params: Any
+    ) -> ModelReply:
+        start = time.perf_counter()
+        try:
+            return await self._reply(model, messages, tools, **params)
+        finally:
+            self.calls += 1
+            if self.calls in self.capture:
+                self.prompts[self.calls] = (messages, tools)  # a reference: counted after the run
+            self.model_s += time.perf_counter() - start
+
+
+class DirectClient(TimedClient):
+    """Way (a): the script answers inside ``complete``, no litellm (like smolagents' ``Model`` subclass)."""
+
+    def __init__(self, script: Script, capture: set[int] | None = None):
+        super().__init__(capture)
+        self.script = script
+
+    async def _reply(self, model: str, messages: list[dict], tools: list[dict] | None, **params: Any) -> ModelReply:
+        item = self.script(messages, tools)
+        raw = json.dumps(item["arguments"])
+        return ModelReply(
+            model=model,
+            content=None,
+            tool_calls=[ToolCall(item["id"], item["name"], json.loads(raw), raw)],
+            scripted=True,
+        )
+
+
+def run_ours(n: int, way: str, capture: set[int] | None = None) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        ws = tea_notebook.Workspace(tmp, embedder="hashing")
+
+        @tea_notebook.tool(workspace=ws)
+        def lookup(key: str) -> str:
+            """Look up a key in the reference table and return its value."""
+            return lookup_value(key)
+
+        script = Script(n, OUR_FINISH)
+        if way == "a":
+            client: TimedClient = DirectClient(script, capture)
+            model = "tea/script:bench-direct"  # an offline name (native tools, extractive memory); never reaches litellm
+        else:
+            client = TimedClient(capture)
+            model = ScriptedModel(script).name
+        agent = ws.agent(
+            "bench",
+            tools=["lookup"],
+            max_steps=n + 1,
+            memory_budget=MEMORY_BUDGET,
+            keep_recent_steps=KEEP_RECENT,
+            client=client,
+            model=model,
+        )
+        start = time.perf_counter()
+        result = agent.run_sync(TASK)
+        wall = time.perf_counter() - start
+        assert result.status == "success" and result.answer == "ok", (result.status, result.error)
+        assert client.calls == n + 1 and script.i == n + 1, (client.calls, script.i)
+        ws.close()
+    return {"wall": wall, "model": client.model_s, "steps": client.calls, "prompts": client.prompts}
+
+
+# -- smolagents' side ----------------------------------------------------------------------------
+def smol_classes() -> dict[str, Any]:
+    from smolagents import LiteLLMModel, Model, ToolCallingAgent, tool
+    from smolagents.models import ChatMessage, ChatMessageToolCall, ChatMessageToolCallFunction, MessageRole
+    from smolagents.monitoring import TokenUsage
+
+    @tool
+    def lookup(key: str) -> str:
+        """Look up a key in the reference table and return its value.
+
+        Args:
+            key: the key to look up
+        """
+        return lookup_value(key)
+
+    class Timed:
+        """Times ``generate`` (the model call) and keeps chosen prompts."""
+
+        def setup(self, capture: set[int] | None) -> None:
+            self.model_s, self.calls = 0.0, 0
+            self.capture = capture or set()
+            self.prompts: dict[int, tuple[list, list | None]] = {}
+
+        def generate(self, messages: list, *args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return super().generate(messages, *args, **kwargs)
+            finally:
+                self.calls += 1
+                if self.calls in self.capture:
+                    self.prompts[self.calls] = (messages, kwargs.get("tools_to_call_from"))
+                self.model_s += time.perf_counter() - start
+
+    class Direct(Model):
+        """Way (a): a ``Model`` subclass answering from the script with a ``ChatMessage``."""
+
+        def __init__(self, script: Script):
+            super().__init__(model_id="scripted")
+            self.script = script
+
+        def generate(self, messages: list, stop_sequences=None, response_format=None, tools_to_call_from=None, **kw):
+            item = self.script(messages, tools_to_call_from)
+            fn = ChatMessageToolCallFunction(name=item["name"], arguments=json.dumps(item["arguments"]))
+            return ChatMessage(
+                role=MessageRole.ASSISTANT,
+                content=None,
+                tool_calls=[ChatMessageToolCall(function=fn, id=item["id"], type="function")],
+                token_usage=TokenUsage(input_tokens=0, output_tokens=0),
+            )
+
+    class TimedDirect(Timed, Direct):
+        pass
+
+    class TimedLiteLLM(Timed, LiteLLMModel):
+        pass
+
+    return {"agent": ToolCallingAgent, "tool": lookup, "direct": TimedDirect, "litellm": TimedLiteLLM}
+
+
+def run_smol(n: int, way: str, capture: set[int] | None = None) -> dict[str, Any]:
+    from smolagents.memory import ActionStep
+
+    classes = smol_classes()
+    script = Script(n, SMOL_FINISH)
+    if way == "a":
+        model = classes["direct"](script)
+    else:
+        model = classes["litellm"](model_id=ScriptedModel(script).name)
+    model.setup(capture)
+    agent = classes["agent"](tools=[classes["tool"]], model=model, max_steps=n + 1, verbosity_level=0)
+    start = time.perf_counter()
+    answer = agent.run(TASK)
+    wall = time.perf_counter() - start
+    actions = [s for s in agent.memory.steps if isinstance(s, ActionStep)]
+    assert answer == "ok" and len(actions) == n + 1 and all(s.error is None for s in actions), answer
+    assert model.calls == n + 1 and script.i == n + 1, (model.calls, script.i)
+    return {"wall": wall, "model": model.model_s, "steps": model.calls, "prompts": model.prompts}
+
+
+RUNNERS = {"ours": run_ours, "smolagents": run_smol}
+
+
+# -- measurements -----------------------------------------------------------------------------------
+def bench_overhead(steps: list[int], repeat: int) -> dict[str, Any]:
+    """Per-step overhead and wall time, median of ``repeat`` runs, configurations interleaved."""
+    configs = [(side, way, n) for n in steps for way in ("a", "b") for side in RUNNERS]
+    for side, way, _ in configs:  # warm-up: imports, litellm's first call, caches
+        RUNNERS[side](5, way)
+    samples: dict[tuple, list[dict]] = {c: [] for c in configs}
+    for _ in range(repeat):
+        for c in configs:
+            side, way, n = c
+            gc.collect()  # start every run from the same heap state
+            samples[c].append(RUNNERS[side](n, way))
+    out = {}
+    for (side, way, n), runs in samples.items():
+        per = [(r["wall"] - r["model"]) / r["steps"] for r in runs]
+        out[f"{side}/{way}/{n}"] = {
+            "overhead_ms": 1000 * statistics.median(per),
+            "overhead_ms_runs": [round(1000 * p, 3) for p in per],
+            "wall_ms": 1000 * statistics.median(r["wall"] / r["steps"] for r in runs),
+            "model_ms": 1000 * statistics.median(r["model"] / r["steps"] for r in runs),
+            "run_s": statistics.median(r["wall"] for r in runs),
+        }
+        print(f"{side:10s} way {way} {n:4d} steps: {out[f'{side}/{way}/{n}']}", flush=True)
+    return out
+
+
+def bench_prompts(n: int) -> dict[str, Any]:
+    """Prompt tokens at every step of an n-step run (way a; the prompts are the same in way b)."""
+    count, tokenizer = _tokenizer()
+    every = set(range(1, n + 2))
+    out: dict[str, Any] = {"tokenizer": tokenizer}
+    for side, runner in RUNNERS.items():
+        prompts = runner(n, "a", every)["prompts"]
+        curve = {i: prompt_tokens(m, count) for i, (m, _) in sorted(prompts.items())}
+        tools = prompts[1][1] or []
+        if side == "smolagents":
+            from smolagents.models import get_tool_json_schema
+
+            tools = [get_tool_json_schema(t) for t in tools]
+        first_half = max(v for i, v in curve.items() if i <= n // 2)
+        second_half = max(v for i, v in curve.items() if i > n // 2)
+        out[side] = {
+            "curve": curve,
+            "tool_schema_tokens": count(json.dumps(tools)),
+            "max_first_half": first_half,
+            "max_second_half": second_half,
+        }
+    # way (b) sends the same prompts: check it at the reported steps
+    for side, runner in RUNNERS.items():
+        prompts = runner(n, "b", set(PROMPT_STEPS))["prompts"]
+        for step in PROMPT_STEPS:
+            if step in prompts:
+                assert prompt_tokens(prompts[step][0], count) == out[side]["curve"][step], (side, step)
+    return out
+
+
+def bench_breakdown() -> dict[str, Any]:
+    """Our per-step pieces, each timed alone (median microseconds per call)."""
+    from tea_notebook.runtime.agent import _Run
+    from tea_notebook.runtime.events import redact
+    from tea_notebook.runtime.prompts import StepRecord, build_messages
+
+    def per_call(fn: Callable[[], Any], k: int = 300) -> float:
+        runs = []
+        for _ in range(5):
+            start = time.perf_counter()
+            for _ in range(k):
+                fn()
+            runs.append((time.perf_counter() - start) / k)
+        return 1e6 * statistics.median(runs)
+
+    out: dict[str, Any] = {"env_vars": len(os.environ)}
+    with tempfile.TemporaryDirectory() as tmp:
+        ws = tea_notebook.Workspace(tmp, embedder="hashing")
+
+        @tea_notebook.tool(workspace=ws)
+        def lookup(key: str) -> str:
+            """Look up a key in the reference table and return its value."""
+            return lookup_value(key)
+
+        agent = ws.agent("bench", tools=["lookup"], max_steps=201, model="tea/script:bench-direct")
+        run = _Run(agent, TASK, [], None, None, 201, None, None)
+        ws.db.start_run({"id": run.run_id, "parent_id": None, "agent": "bench", "task": TASK, "model": run.model,
+                         "started": time.time(), "forked_from": None, "fork_step": None})  # fmt: skip
+        payload = {"id": "call_1", "name": "lookup", "ok": True, "error_type": None,
+                   "observation": lookup_value("k1"), "latency": 1e-5}  # fmt: skip
+        text = json.dumps({"root_run": run.run_id, "agent": "bench", **payload})
+        ids = itertools.count()
+        out["emit_us"] = per_call(lambda: run.emit("tool_result", payload, 1))
+        out["redact_us"] = per_call(lambda: redact(text))
+        out["append_event_us"] = per_call(
+            lambda: ws.db.append_events([(f"x{next(ids)}", run.run_id, None, "tool_result", 1, time.time(), text)])
+        )
+        out["offered_us"] = per_call(run._offered)
+        tools, _ = run._offered()
+        steps = [StepRecord(i, results=[("lookup", json.dumps({"key": f"k{i}"}), lookup_value(f"k{i}"))]) for i in range(1, 5)]
+        out["build_messages_us"] = per_call(
+            lambda: build_messages(task=TASK, files=[], step=50, max_steps=201, steps=steps,
+                                   summaries=["step 1: lookup -> value of k1"] * 10, insights=[], todo="",
+                                   environments=[], tools=tools, max_actions=3, native=True)  # fmt: skip
+        )
+
+        loop = asyncio.new_event_loop()
+        out["tool_invoke_us"] = per_call(
+            lambda: loop.run_until_complete(ws.tools.ainvoke("lookup", {"key": "k1"}, run.ctx)), k=200
+        )
+        out["run_action_us"] = per_call(
+            lambda: loop.run_until_complete(run._run_action(ToolCall("c", "lookup", {"key": "k1"}), 1)), k=200
+        )
+        loop.close()
+        out["tool_direct_us"] = per_call(lambda: lookup("k1"))
+        ws.close()
+    return out
+
+
+# -- report ------------------------------------------------------------------------------------
+def machine() -> str:
+    cpu = platform.processor() or ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return f"{os.cpu_count()} cores ({cpu}), {mem:.0f} GiB, Python {platform.python_version()}, {platform.system()}"
+
+
+def versions() -> str:
+    from importlib.metadata import version
+
+    return ", ".join(f"{p} {version(p)}" for p in ("tea_notebook", "smolagents", "litellm"))
+
+
+def render(results: dict) -> str:
+    o, p, b = results["overhead"], results["prompts"], results["breakdown"]
+    steps = results["steps"]
+    ok = lambda cond: "✅" if cond else "❌"  # noqa: E731
+    rows = []
+    for n in steps:
+        for way, label in (("a", "(a) direct"), ("b", "(b) via litellm")):
+            ours, smol = o[f"ours/{way}/{n}"], o[f"smolagents/{way}/{n}"]
+            ratio = ours["overhead_ms"] / smol["overhead_ms"]
+            rows.append(
+                f"| framework overhead per step, {n}-step run, {label} | {ours['overhead_ms']:.2f} ms | "
+                f"{smol['overhead_ms']:.2f} ms | {ratio:.2f}× | ≤ {OVERHEAD_TARGET:g}× | {ok(ratio <= OVERHEAD_TARGET)} |"
+            )
+    for n in steps:
+        for way, label in (("a", "(a) direct"), ("b", "(b) via litellm")):
+            ours, smol = o[f"ours/{way}/{n}"], o[f"smolagents/{way}/{n}"]
+            rows.append(
+                f"| total wall time per step, {n}-step run, {label} (of which in the model call: ours "
+                f"{ours['model_ms']:.2f} ms, smolagents {smol['model_ms']:.2f} ms) | {ours['wall_ms']:.2f} ms | "
+                f"{smol['wall_ms']:.2f} ms | {ours['wall_ms'] / smol['wall_ms']:.2f}× | | |"
+            )
+    po, ps = p["ours"], p["smolagents"]
+    last = max(po["curve"])
+    for step in PROMPT_STEPS:
+        if step not in po["curve"]:
+            continue
+        a, s = po["curve"][step], ps["curve"][step]
+        target = f"≤ {PROMPT_TARGET:g}×" if step == max(PROMPT_STEPS) else ""
+        mark = ok(a / s <= PROMPT_TARGET) if target else ""
+        rows.append(f"| prompt tokens at step {step} | {a:,} | {s:,} | {a / s:.2f}× | {target} | {mark} |")
+    half = last // 2
+    bounded = po["max_second_half"] <= 1.1 * po["max_first_half"]
+    rows.append(
+        f"| largest prompt in steps 1–{half} / in steps {half + 1}–{last} | {po['max_first_half']:,} / "
+        f"{po['max_second_half']:,} | {ps['max_first_half']:,} / {ps['max_second_half']:,} | | bounded "
+        f"(second ≤ 1.1 × first) | {ok(bounded)} |"
+    )
+    rows.append(
+        f"| tool schemas sent with every call (not in the prompt figures) | {po['tool_schema_tokens']} | "
+        f"{ps['tool_schema_tokens']} | | | |"
+    )
+    table = "\n".join(rows)
+    curve_steps = [s for s in (1, 10, 25, 50, 75, 100, 125, 150, 175, 200) if s in po["curve"]]
+    curve = "\n".join(
+        f"| {s} | {po['curve'][s]:,} | {ps['curve'][s]:,} |" for s in curve_steps
+    )
+    return f"""## Agent runtime
+
+Command: `.venv/bin/python bench/bench_runtime.py --write` — machine: {results["machine"]}; {results["versions"]}; run {results["when"]}.
+
+Both agents follow the same scripted trajectory: model call *i* asks for `lookup(key="k<i>")` for
+*i* ≤ N, then call N+1 finishes (`done` for ours, `final_answer` for smolagents), so an N-step run
+is N+1 steps. `lookup` is instant and returns 200 characters. Ours: `ws.agent("bench",
+tools=["lookup"], max_steps=N+1, memory_budget={MEMORY_BUDGET}, keep_recent_steps={KEEP_RECENT})` in a fresh workspace
+(hashing embedder); smolagents: `ToolCallingAgent(tools=[lookup], model=..., max_steps=N+1,
+verbosity_level=0)`. The scripted model is plugged in two ways:
+**(a) direct**, no litellm — ours a `ModelClient` subclass answering in `complete`, smolagents a
+`Model` subclass returning a `ChatMessage` from `generate`; **(b) via litellm** — both call
+litellm, which serves a `ScriptedModel` through our `tea` provider (ours `ModelClient.complete` →
+`litellm.acompletion`, smolagents `LiteLLMModel(model_id=script.name)` → `litellm.completion`).
+
+**Definitions.** *Per-step framework overhead* = (wall time of the run − time spent inside the
+model call) / steps, steps = N+1 model calls; the model call is `ModelClient.complete` on our side
+and `Model.generate` on smolagents' side, timed by wrapping them. *Wall time per step* = wall
+time of the run / steps. Wall time is `agent.run_sync(task)` / `agent.run(task)`; building the
+workspace and the agent is not counted. Each figure is the median of {results["repeat"]} runs (configurations
+interleaved, after one warm-up run of each). *Prompt tokens* = tokens of the role and text of
+every message sent to the model at that step (captured inside `complete` / `generate`), counted
+with {p["tokenizer"]} for both, without per-message framing tokens and without the tool schemas
+(listed on their own row).
+
+| what | ours | smolagents | ours ÷ smolagents | target | |
+|---|---|---|---|---|---|
+{table}
+
+Prompt tokens along the {last - 1}-step run:
+
+| step | ours | smolagents |
+|---|---|---|
+{curve}
+
+Where our time per step goes (each piece timed alone, median per call; a step is 1 model call,
+1 tool call and 5 events: `model_request`, `model_response`, `tool_call`, `tool_result`, `step`):
+
+| piece | time |
+|---|---|
+| one event (`EventLog.emit`: JSON, `redact`, one SQLite transaction) | {b["emit_us"]:.0f} µs |
+| of which `redact` of the payload (scans all {b["env_vars"]} environment variables) | {b["redact_us"]:.0f} µs |
+| of which the SQLite insert (`Database.append_events`, one row) | {b["append_event_us"]:.0f} µs |
+| tool call through TCP (`ws.tools.ainvoke`: lookup, schema check, thread hop, usage row) | {b["tool_invoke_us"]:.0f} µs |
+| the same with its two events (`_Run._run_action`) | {b["run_action_us"]:.0f} µs |
+| the tool function called directly | {b["tool_direct_us"]:.1f} µs |
+| tools offered this step (`_Run._offered`: registry read + relation pruning) | {b["offered_us"]:.0f} µs |
+| prompt assembly (`build_messages`, 4 live steps + 10 summaries) | {b["build_messages_us"]:.0f} µs |
+"""
+
+
+def write(section: str) -> None:
+    path = ROOT / "docs" / "benchmarks.md"
+    text = path.read_text() if path.exists() else "# Benchmarks\n\nFigures written by the scripts in `bench/`.\n"
+    start = text.find("## Agent runtime")
+    if start >= 0:
+        end = text.find("\n## ", start + 1)
+        text = text[:start] + section + (text[end + 1 :] if end >= 0 else "")
+    else:
+        text = text.rstrip() + "\n\n" + section
+    path.write_text(text)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
+    parser.add_argument("--repeat", type=int, default=3, help="runs per configuration (median)")
+    parser.add_argument("--steps", type=int, nargs="+", default=[50, 200], help="run lengths N")
+    args = parser.parse_args()
+    results: dict[str, Any] = {
+        "machine": machine(),
+        "versions": versions(),
+        "when": time.strftime("%Y-%m-%d"),
+        "repeat": args.repeat,
+        "steps": args.steps,
+    }
+    ensure_registered()
+    results["overhead"] = bench_overhead(args.steps, args.repeat)
+    results["prompts"] = bench_prompts(max(args.steps))
+    print("prompts", {k: (v if k == "tokenizer" else {s: v["curve"][s] for s in PROMPT_STEPS if s in v["curve"]})
+                      for k, v in results["prompts"].items()}, flush=True)  # fmt: skip
+    results["breakdown"] = bench_breakdown()
+    print("breakdown", results["breakdown"], flush=True)
+    section = render(results)
+    print(section)
+    if args.write:
+        write(section)
+
+
+if __name__ == "__main__":
+    main()
