@@ -222,7 +222,15 @@ def test_prompt_assembly_native(ws):
     (m1, tools1), (m2, _) = captured
     assert [m["role"] for m in m1] == ["system", "user"]
     u1, u2 = user_text(m1), user_text(m2)
-    for tag in ("agent_state", "step_info", "task", "agent_history", "todo_contents", "environment_state", "tool_state"):
+    for tag in (
+        "agent_state",
+        "step_info",
+        "task",
+        "agent_history",
+        "todo_contents",
+        "environment_state",
+        "tool_state",
+    ):
         assert f"<{tag}>" in u1 and f"</{tag}>" in u1
     assert section(u1, "step_info") == "Step 1 of 2 max possible steps"
     assert "FINAL" not in u1
@@ -452,7 +460,10 @@ def test_secrets_never_reach_the_event_store(ws, monkeypatch):
     def brain(messages, tools):
         if "key=" not in user_text(messages):
             return call("read_config")
-        return turn(thoughts(thinking=f"The key is {SECRET}.", memory=f"key {SECRET}"), call("done", success=True, text="found the key"))
+        return turn(
+            thoughts(thinking=f"The key is {SECRET}.", memory=f"key {SECRET}"),
+            call("done", success=True, text="found the key"),
+        )
 
     script = ScriptedModel(brain)
     result = ws.agent("s", model=script.name, tools=["read_config"]).run_sync("Find the service key")
@@ -660,13 +671,14 @@ def test_memory_folding_keeps_the_prompt_bounded_and_is_recalled_later(ws):
 
     last_prompt = user_text(script.calls[29])
     history = section(last_prompt, "agent_history")
-    assert "<summaries>" in history and "- step 1: read page 1" in history
+    assert "step 27: read page 27" in section(history, "summaries")  # the newest fold
     assert "<step_1>" not in history and "<step_29>" in history  # only recent steps stay verbatim
 
     stored = ws.memory.list()
-    assert len(stored) == len(written)
-    assert all(r.run_id == result.run_id and r.task == task for r in stored)
-    assert {r.kind for r in stored} == {"summary"}
+    assert len(stored) >= 20
+    assert all(r.run_id == result.run_id and r.task == task and r.kind == "summary" for r in stored)
+    summaries = {e.data["summary"] for e in written}
+    assert all(r.description in summaries for r in stored)
 
     later = ScriptedModel([call("done", success=True, text="ok")])
     ws.agent("reader2", model=later.name, tools=["read_page"]).run_sync(task)
@@ -674,11 +686,6 @@ def test_memory_folding_keeps_the_prompt_bounded_and_is_recalled_later(ws):
     assert "(earlier run) step" in insights and "read page" in insights
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="agent.py _Run._close reports len(self.steps), but _fold_memory removes folded steps from "
-    "self.steps, so RunResult.steps (and run_finished.steps) count only the unfolded steps",
-)
 def test_step_count_survives_memory_folding(ws):
     script = _reader(ws, 12, lambda n: f"read page {n}")
     agent = ws.agent("r", model=script.name, tools=["read_page"], memory_budget=300, keep_recent_steps=2)
@@ -686,13 +693,10 @@ def test_step_count_survives_memory_folding(ws):
     assert any(e.type == "memory_written" for e in ws.events.events(result.run_id))
     assert len(result.trajectory.steps) == 13
     assert result.steps == 13
+    finished = ws.events.events(result.run_id)[-1]
+    assert finished.type == "run_finished" and finished.data["steps"] == 13
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="agent.py _Run._fold_memory only ever appends to self.summaries (never folds summaries), and "
-    "prompts.build_messages renders them all, so the prompt grows by one summary line per step forever",
-)
 def test_prompt_stays_bounded_over_a_long_run(ws):
     memory = lambda n: f"Read page {n} of the archive; it lists tea shipments, prices and ports of that year."  # noqa: E731
     script = _reader(ws, 60, memory)
@@ -700,6 +704,9 @@ def test_prompt_stays_bounded_over_a_long_run(ws):
     result = agent.run_sync("Read the archive")
     chars = {e.step: e.data["prompt_chars"] for e in ws.events.events(result.run_id) if e.type == "model_request"}
     assert chars[60] < 1.25 * chars[30]
+    summaries = section(section(user_text(script.calls[59]), "agent_history"), "summaries")
+    assert len(summaries) <= 4 * 400  # the folded history stays within the memory budget
+    assert "page 57" in summaries  # and keeps the newest fold
 
 
 # -- cancellation ---------------------------------------------------------------------------
@@ -819,7 +826,7 @@ def test_fork_replays_steps_without_rerunning_tools(ws):
     assert executed == [1, 2, 3, 30]  # steps 1 and 2 were replayed, not re-executed
     prompt = user_text(other.calls[0])
     assert section(prompt, "step_info").startswith("Step 3 of")
-    assert "[work] {\"n\": 2} -> result 2" in prompt and "Memory: did 2" in prompt
+    assert '[work] {"n": 2} -> result 2' in prompt and "Memory: did 2" in prompt
     traj = forked.trajectory
     assert traj.forked_from == first.run_id
     assert [(s.number, s.replayed) for s in traj.steps] == [(1, True), (2, True), (3, False), (4, False)]
@@ -837,6 +844,55 @@ def test_fork_replays_steps_without_rerunning_tools(ws):
         asyncio.run(ws.fork(first.run_id, step=5))
     with pytest.raises(TeaError, match="no run"):
         asyncio.run(ws.fork("nonexistent-run", step=1))
+
+
+def _two_tool_run(ws):
+    @ws.tools.tool
+    def work(n: int) -> str:
+        """Do one unit of work."""
+        return f"result {n}"
+
+    @ws.tools.tool
+    def unrelated(n: int) -> str:
+        """A tool the worker agent is not given."""
+        return "unrelated"
+
+    script = ScriptedModel([call("work", n=1), call("work", n=2), call("done", success=True, text="x")])
+    agent = ws.agent("worker", model=script.name, tools=["work"], max_steps=6)
+    return agent, agent.run_sync("do the work")
+
+
+def _fork_prompt(ws, run_id, **kwargs):
+    seen: list = []
+
+    def brain(messages, tools):
+        seen.append((user_text(messages), sorted(t["function"]["name"] for t in tools)))
+        return call("done", success=True, text="forked")
+
+    script = ScriptedModel(brain)
+    forked = asyncio.run(ws.fork(run_id, step=2, model=script.name, **kwargs))
+    assert forked.success
+    return seen[0]
+
+
+def test_fork_with_an_explicit_agent_keeps_its_configuration(ws):
+    agent, first = _two_tool_run(ws)
+    prompt, tools = _fork_prompt(ws, first.run_id, agent=agent)
+    assert section(prompt, "step_info") == "Step 3 of 6 max possible steps"
+    assert tools == ["done", "work"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="workspace.py Workspace.fork without agent= rebuilds a bare ws.agent(name, model=...), dropping "
+    "the original agent's max_steps, tools (and todo / sub-agents / envs): the fork offers every "
+    "workspace tool and allows 20 steps",
+)
+def test_fork_keeps_the_original_agents_configuration(ws):
+    _, first = _two_tool_run(ws)
+    prompt, tools = _fork_prompt(ws, first.run_id)
+    assert section(prompt, "step_info") == "Step 3 of 6 max possible steps"
+    assert tools == ["done", "work"]
 
 
 # -- run_sync -------------------------------------------------------------------------------

@@ -202,9 +202,9 @@ def test_todo_md_edits_on_disk_are_read_back(ws):
     planner_model = ScriptedModel(planner_brain)
     planner = ws.planner(["researcher", "analyst"], model=planner_model.name)
     ws.events.subscribe(
-        lambda e: path_box.setdefault("todo", ws.path / "runs" / e.run_id / "todo.md")
-        if e.type == "run_started"
-        else None
+        lambda e: (
+            path_box.setdefault("todo", ws.path / "runs" / e.run_id / "todo.md") if e.type == "run_started" else None
+        )
     )
     result = planner.run_sync(TASK)
     assert result.success
@@ -247,9 +247,9 @@ def test_a_hand_added_step_without_a_number_is_kept(ws):
     planner_model = ScriptedModel(planner_brain)
     planner = ws.planner(["researcher", "analyst"], model=planner_model.name)
     ws.events.subscribe(
-        lambda e: path_box.setdefault("todo", ws.path / "runs" / e.run_id / "todo.md")
-        if e.type == "run_started"
-        else None
+        lambda e: (
+            path_box.setdefault("todo", ws.path / "runs" / e.run_id / "todo.md") if e.type == "run_started" else None
+        )
     )
     result = planner.run_sync(TASK)
     assert result.success
@@ -400,7 +400,11 @@ def test_per_agent_models_in_the_ledger(ws, lookups):
     assert by_model[researcher_model.name]["calls"] == 2
     assert by_model[analyst_model.name]["calls"] == 1
     assert all(slot["prompt_tokens"] > 0 and slot["completion_tokens"] > 0 for slot in by_model.values())
-    assert by_model[planner_model.name]["prompt_tokens"] == result.prompt_tokens
+    own = [e for e in ws.events.events(result.run_id, nested=False) if e.type == "model_response"]
+    assert by_model[planner_model.name]["prompt_tokens"] == sum(e.data["prompt_tokens"] for e in own)
+    # the run's totals are what the whole task cost: the planner plus its sub-agents
+    assert result.prompt_tokens == sum(slot["prompt_tokens"] for slot in by_model.values())
+    assert result.completion_tokens == sum(slot["completion_tokens"] for slot in by_model.values())
     assert set(ledger["by_agent"]) == {"planner", "researcher", "analyst"}
     total = sum(slot["prompt_tokens"] for slot in by_model.values())
     assert total == result.trajectory.prompt_tokens

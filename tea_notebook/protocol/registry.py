@@ -134,6 +134,10 @@ class Registry(Generic[R]):
         self._query_cache: OrderedDict[str, np.ndarray] = OrderedDict()
         self._validators: dict[str, Draft202012Validator] = {}
         self._runtimes: dict[str, Any] = {}
+        self._heads: dict[str, R] = {}
+        self._heads_seq = 0
+        self._usage_pending: dict[str, list[float]] = {}
+        self._usage_since = 0.0
 
     # -- helpers for specialisations ------------------------------------------------------
     def _coerce(self, obj: Any) -> tuple[R, Any]:
@@ -226,6 +230,7 @@ class Registry(Generic[R]):
     def _decorate(self, record: R) -> R:
         """Attach live data that is not versioned (usage statistics)."""
         if "usage" in self.record_type.model_fields:
+            self.flush_usage()
             row = self._db.usage(self.kind).get(record.name)
             if row:
                 calls, failures, mean, last = row
@@ -241,9 +246,33 @@ class Registry(Generic[R]):
                 )
         return record
 
+    def current(self, name: str) -> R | None:
+        """The current record without usage statistics, from an in-memory cache kept in step with
+        the database's change log (the hot path of invoke); None when not registered."""
+        last = self._db.last_change(self.kind)
+        if last != self._heads_seq:
+            if self._heads_seq == 0 or last < self._heads_seq:
+                self._heads.clear()
+            else:
+                for change in self._db.changes_since(self.kind, self._heads_seq):
+                    self._heads.pop(change.name, None)
+            self._heads_seq = last
+        record = self._heads.get(name)
+        if record is None:
+            stored = self._db.head(self.kind, name)
+            if stored is None:
+                return None
+            record = self._heads[name] = self._parse(stored.data, stored.version)
+        return record
+
     def get(self, name: str, version: int | None = None) -> R:
         """The current record (or a given version). Raises NotFoundError naming what is missing."""
-        stored = self._db.head(self.kind, name) if version is None else self._db.version(self.kind, name, version)
+        if version is None:
+            record = self.current(name)
+            if record is None:
+                raise NotFoundError(self._missing(name))
+            return self._decorate(record)
+        stored = self._db.version(self.kind, name, version)
         if stored is None:
             if version is not None and self._db.history(self.kind, name):
                 raise NotFoundError(f"{self.kind} {name!r} has no version {version}")
@@ -274,6 +303,8 @@ class Registry(Generic[R]):
     def list(self, **where: Any) -> list[R]:
         """Current records, optionally filtered by field equality (``category="web"``)."""
         self._sync(records=True)
+        if where.get("_usage", True):
+            self.flush_usage()
         usage = self._db.usage(self.kind) if where.get("_usage", True) else {}
         out = []
         for name in sorted(self._records):
@@ -466,7 +497,8 @@ class Registry(Generic[R]):
             return index
 
     def flush(self) -> None:
-        """Write the vector index file if it is behind the in-memory index."""
+        """Write pending usage counts, and the vector index file if it is behind the in-memory index."""
+        self.flush_usage()
         with self._lock:
             index = self._vectors
             if index is not None and index.seq != self._saved_seq:
@@ -533,6 +565,7 @@ class Registry(Generic[R]):
 
     def _usage_prior(self) -> dict[int, float]:
         """A small bonus for tools that were used and worked (App. B.3's usage signals)."""
+        self.flush_usage()
         usage = self._db.usage(self.kind)
         out = {}
         for name, (calls, failures, _total, _last) in usage.items():
@@ -666,12 +699,32 @@ class Registry(Generic[R]):
         return InvokeResult(label, ok, value, error, 1000 * latency, version)
 
     def _count(self, name: str, label: str, ok: bool, latency: float | None, context: Context | None) -> None:
-        try:
-            self._db.record_use(self.kind, name, ok, latency)
-        except Exception as exc:  # noqa: BLE001 - statistics must not fail a call
-            log.warning("could not record usage of %s: %s", name, exc)
+        """Count an invocation. Inside an agent run the counts are batched (the agent flushes them
+        at the end of each step, reads of statistics flush first); otherwise they are written now."""
+        now = time.time()
+        with self._lock:
+            slot = self._usage_pending.setdefault(name, [0, 0, 0, 0.0, 0.0])
+            slot[0] += 1
+            slot[1] += 0 if ok else 1
+            slot[2] += 0 if latency is None else 1
+            slot[3] += latency or 0.0
+            slot[4] = now
+            if not self._usage_since:
+                self._usage_since = now
+        if not getattr(context, "is_run", False) or now - self._usage_since > 0.5:
+            self.flush_usage()
         if context is not None:
             context.record_call(self.kind, label, ok)
+
+    def flush_usage(self) -> None:
+        """Write pending invocation counts."""
+        with self._lock:
+            pending, self._usage_pending, self._usage_since = self._usage_pending, {}, 0.0
+        if pending:
+            try:
+                self._db.record_uses(self.kind, [(n, *v) for n, v in pending.items()])
+            except Exception as exc:  # noqa: BLE001 - statistics must not fail a call
+                log.warning("could not record usage of %s: %s", ", ".join(pending), exc)
 
     def _sync_invoke(self, coro: Awaitable[InvokeResult]) -> InvokeResult:
         return run_sync(coro)  # type: ignore[arg-type]

@@ -191,10 +191,9 @@ class ToolRegistry(Registry[ToolRecord]):
         self, name: str, args: dict[str, Any] | None = None, context: Context | None = None
     ) -> InvokeResult:
         """Run a tool with schema-checked arguments; errors come back as structured results."""
-        try:
-            record = self.get(name)
-        except NotFoundError as exc:
-            return not_found_result(name, str(exc))
+        record = self.current(name)
+        if record is None:
+            return not_found_result(name, self._missing(name))
         if context is not None and context.bound(self.kind) and name not in context.bound(self.kind):
             return InvokeResult(
                 name,

@@ -272,6 +272,7 @@ class _Run:
         self.folder = self.ws.path / "runs" / self.run_id
         self.todo = TodoList(self.folder / "todo.md") if agent.todo else None
         self.steps: list[StepRecord] = list(replay or [])
+        self.last_step = len(self.steps)
         self.summaries: list[str] = []
         self.insights: list[str] = self.ws.memory_store.recall(task) if len(self.ws.memory) else []
         self.prompt_tokens = self.completion_tokens = 0
@@ -293,7 +294,8 @@ class _Run:
 
     def emit(self, type_: str, data: dict[str, Any] | None = None, step: int | None = None) -> None:
         payload = {"root_run": self.ctx.root, "agent": self.agent.name, **(data or {})}
-        self.events.emit(self.run_id, type_, payload, parent_id=self.parent_run, step=step)
+        durable = type_ in ("run_started", "step", "error", "run_finished")  # one write per step
+        self.events.emit(self.run_id, type_, payload, parent_id=self.parent_run, step=step, flush=durable)
 
     # -- tools ----------------------------------------------------------------------------
     def _offered(self) -> tuple[list[dict[str, Any]], set[str]]:
@@ -487,7 +489,7 @@ class _Run:
         status, answer, error, files = "max_steps", "", None, []
         consecutive = 0
         try:
-            for step in range(len(self.steps) + 1, self.max_steps + 1):
+            for step in range(self.last_step + 1, self.max_steps + 1):
                 if self.ctx.cancel.is_set():
                     raise RunInterrupted("the run was stopped")
                 tools, agent_tools = self._offered()
@@ -562,14 +564,14 @@ class _Run:
         return self._close(status, answer, error, files)
 
     def _close(self, status: str, answer: str, error: str | None, files: list[str] | None = None) -> RunResult:
-        steps = len(self.steps)
+        steps = self.last_step
         # the run's totals include its sub-agents' calls (what this task cost); own calls are
         # in the trajectory's ledger by agent
-        for e in self.ws.events.events(self.run_id, nested=True):
-            if e.type == "model_response" and e.run_id != self.run_id:
-                self.prompt_tokens += e.data.get("prompt_tokens", 0)
-                self.completion_tokens += e.data.get("completion_tokens", 0)
-                self.cost += e.data.get("cost", 0.0)
+        nested = [r for r in self.ws.db.descendants(self.run_id) if r != self.run_id]
+        prompt, completion, cost = self.ws.db.model_usage(nested)
+        self.prompt_tokens += prompt
+        self.completion_tokens += completion
+        self.cost += cost
         self.emit(
             "run_finished",
             {
@@ -623,23 +625,31 @@ class _Run:
 
     def _finish_step(self, record: StepRecord) -> None:
         self.steps.append(record)
+        self.last_step = record.number
+        self.ws.tools.flush_usage()
         self.emit("step", _step_data(record), record.number)
 
     async def _fold_memory(self, step: int) -> None:
-        """Fold the oldest steps into a summary once the history passes the token budget."""
+        """Keep the history within ``memory_budget`` tokens: fold the oldest steps into a summary,
+        and once the summaries themselves pass half the budget, fold them into one."""
+        budget = self.agent.memory_budget
         live = self.steps[: -self.agent.keep_recent_steps] if self.agent.keep_recent_steps else list(self.steps)
-        if not live or sum(s.size() for s in self.steps) <= self.agent.memory_budget:
-            return
-        from tea_notebook.runtime.memory import summarise_steps
+        if live and sum(s.size() for s in self.steps) > budget:
+            from tea_notebook.runtime.memory import summarise_steps
 
-        summary, insights = await summarise_steps(self, live)
-        self.steps = self.steps[len(live) :]
-        self.summaries.append(summary)
-        self.insights.extend(i for i in insights if i not in self.insights)
-        self.ws.memory_store.save(self.run_id, self.task, summary, insights)
-        self.emit(
-            "memory_written", {"summary": summary, "insights": insights, "folded_steps": [s.number for s in live]}, step
-        )
+            summary, insights = await summarise_steps(self, live)
+            self.steps = self.steps[len(live) :]
+            self.summaries.append(summary)
+            self.insights = [i for i in self.insights if i not in insights] + insights
+            self.ws.memory_store.save(self.run_id, self.task, summary, insights)
+            folded = [s.number for s in live]
+            self.emit("memory_written", {"summary": summary, "insights": insights, "folded_steps": folded}, step)
+        if sum(len(s) for s in self.summaries) // 4 > budget // 2:
+            from tea_notebook.runtime.memory import merge_summaries
+
+            self.summaries = [await merge_summaries(self, self.summaries, budget // 2)]
+            self.emit("memory_written", {"summary": self.summaries[0], "insights": [], "merged": True}, step)
+        self.insights = self.insights[-8:]
 
 
 def _step_data(record: StepRecord) -> dict[str, Any]:

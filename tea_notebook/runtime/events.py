@@ -43,12 +43,35 @@ _SECRET_SHAPES = re.compile(
 )
 
 
-def redact(text: str) -> str:
-    """Remove secrets: values of ``*_KEY`` / ``*_TOKEN`` / ``*_SECRET`` variables and key-shaped strings."""
-    for name, value in os.environ.items():
-        if len(value) >= 8 and _SECRET_NAME.search(name) and value in text:
-            text = text.replace(value, f"[{name} redacted]")
-    return _SECRET_SHAPES.sub("[secret redacted]", text)
+class _Redactor:
+    """Replaces secrets in text: values of ``*_KEY`` / ``*_TOKEN`` / ``*_SECRET`` / ``*_PASSWORD``
+    environment variables and key-shaped strings. The variable scan is cached and redone when the
+    environment changes."""
+
+    def __init__(self) -> None:
+        self._stamp: int | None = None
+        self._pattern: re.Pattern[str] | None = None
+        self._names: dict[str, str] = {}
+
+    def _refresh(self) -> None:
+        stamp = hash(frozenset(os.environ.items()))
+        if stamp == self._stamp:
+            return
+        self._names = {
+            value: name for name, value in os.environ.items() if len(value) >= 8 and _SECRET_NAME.search(name)
+        }
+        values = sorted(self._names, key=len, reverse=True)
+        self._pattern = re.compile("|".join(map(re.escape, values))) if values else None
+        self._stamp = stamp
+
+    def __call__(self, text: str) -> str:
+        self._refresh()
+        if self._pattern is not None:
+            text = self._pattern.sub(lambda m: f"[{self._names[m.group(0)]} redacted]", text)
+        return _SECRET_SHAPES.sub("[secret redacted]", text)
+
+
+redact = _Redactor()
 
 
 @dataclass(frozen=True)
@@ -71,12 +94,18 @@ class Event:
 
 
 class EventLog:
-    """Writes events of a workspace and fans them out to subscribers."""
+    """Writes events of a workspace and fans them out to subscribers.
+
+    Subscribers see each event at once; the database gets them in batches (:meth:`flush`, called
+    by the agent at the end of every step and run, and by any read), so a step costs one
+    transaction instead of one per event.
+    """
 
     def __init__(self, db: "Database"):
         self._db = db
         self._subscribers: list[tuple[str | None, Callable[[Event], None]]] = []
         self._lock = threading.Lock()
+        self._pending: list[tuple] = []
 
     def new_id(self) -> str:
         """A fresh, sortable-enough unique id."""
@@ -90,13 +119,17 @@ class EventLog:
         *,
         parent_id: str | None = None,
         step: int | None = None,
+        flush: bool = False,
     ) -> Event:
-        """Append one event (secrets redacted) and notify subscribers."""
+        """Record one event (secrets redacted) and notify subscribers; ``flush`` writes it now."""
         if type_ not in EVENT_TYPES:
             raise ValueError(f"unknown event type {type_!r}")
         payload = redact(json.dumps(data or {}, default=str))
         event = Event(self.new_id(), run_id, type_, time.time(), json.loads(payload), parent_id, step)
-        self._db.append_events([(event.id, run_id, parent_id, type_, step, event.time, payload)])
+        with self._lock:
+            self._pending.append((event.id, run_id, parent_id, type_, step, event.time, payload))
+        if flush or len(self._pending) >= 200:
+            self.flush()
         for run_filter, callback in list(self._subscribers):
             if run_filter is None or run_filter == run_id or run_filter == event.data.get("root_run"):
                 try:
@@ -104,6 +137,13 @@ class EventLog:
                 except Exception as exc:  # noqa: BLE001 - a broken view must not break the run
                     log.warning("event subscriber failed: %s", exc)
         return event
+
+    def flush(self) -> None:
+        """Write pending events to the database."""
+        with self._lock:
+            rows, self._pending = self._pending, []
+        if rows:
+            self._db.append_events(rows)
 
     def subscribe(self, callback: Callable[[Event], None], run_id: str | None = None) -> Callable[[], None]:
         """Call ``callback(event)`` for every new event (of one run tree, or all). Returns an unsubscribe."""
@@ -120,5 +160,6 @@ class EventLog:
 
     def events(self, run_id: str, nested: bool = True) -> list[Event]:
         """A run's events in order (with its sub-runs' events when ``nested``)."""
+        self.flush()
         ids = self._db.descendants(run_id) if nested else [run_id]
         return [Event.from_row(r) for r in self._db.events_of(ids)]

@@ -50,6 +50,28 @@ async def summarise_steps(run: "_Run", steps: list[StepRecord]) -> tuple[str, li
         return extractive_summary(steps)
 
 
+async def merge_summaries(run: "_Run", summaries: list[str], budget_tokens: int) -> str:
+    """One summary of several, within ``budget_tokens``: by the model, or keeping the newest text."""
+    joined = " ".join(summaries)
+    if not is_offline(run.model):
+        listed = "\n".join(f"- {s}" for s in summaries)
+        prompt = (
+            f"Merge these summaries of an agent's earlier steps into one of at most {budget_tokens * 3 // 4} words, "
+            f"keeping what matters for the task.\nTask: {run.task}\nSummaries:\n{listed}"
+        )
+        try:
+            reply = await run.agent.client.complete(run.model, [{"role": "user", "content": prompt}])
+            run.prompt_tokens += reply.prompt_tokens
+            run.completion_tokens += reply.completion_tokens
+            run.cost += reply.cost
+            if reply.content and len(reply.content) // 4 <= budget_tokens:
+                return reply.content.strip()
+        except Exception:  # noqa: BLE001 - fall back to the extractive merge
+            pass
+    limit = budget_tokens * 4
+    return joined if len(joined) <= limit else "… " + joined[-(limit - 2) :]
+
+
 class MemoryStore:
     """Summaries and insights as searchable records (the ``memory`` registry of a workspace)."""
 

@@ -85,8 +85,11 @@ class StepRecord:
         return "\n".join(lines)
 
     def size(self) -> int:
-        """Approximate tokens of the rendered step."""
-        return len(self.render()) // 4
+        """Approximate tokens of the rendered step (cached: a finished step does not change)."""
+        cached = self.__dict__.get("_size")
+        if cached is None or cached[0] != len(self.results):
+            cached = self.__dict__["_size"] = (len(self.results), len(self.render()) // 4)
+        return cached[1]
 
 
 def tool_line(tool: dict[str, Any]) -> str:

@@ -310,15 +310,16 @@ class Database:
         return [Change(*r) for r in rows]
 
     # -- usage --------------------------------------------------------------------------
-    def record_use(self, kind: str, name: str, ok: bool, latency: float | None) -> None:
-        """Count one invocation; ``latency`` None for a call refused before it ran."""
+    def record_uses(self, kind: str, rows: list[tuple[str, int, int, int, float, float]]) -> None:
+        """Add invocation counts ``(name, calls, failures, timed calls, total latency, last used)``."""
         with self.transaction() as cur:
-            cur.execute(
+            cur.executemany(
                 "INSERT INTO usage(kind, name, calls, failures, timed, total_latency, last_used) "
-                "VALUES (?,?,1,?,?,?,?) ON CONFLICT(kind, name) DO UPDATE SET "
-                "calls=calls+1, failures=failures+excluded.failures, timed=timed+excluded.timed, "
-                "total_latency=total_latency+excluded.total_latency, last_used=excluded.last_used",
-                (kind, name, 0 if ok else 1, 0 if latency is None else 1, latency or 0.0, time.time()),
+                "VALUES (?,?,?,?,?,?,?) ON CONFLICT(kind, name) DO UPDATE SET "
+                "calls=calls+excluded.calls, failures=failures+excluded.failures, timed=timed+excluded.timed, "
+                "total_latency=total_latency+excluded.total_latency, "
+                "last_used=max(coalesce(last_used, 0), excluded.last_used)",
+                [(kind, *row) for row in rows],
             )
 
     def usage(self, kind: str) -> dict[str, tuple[int, int, float, float | None]]:
@@ -377,6 +378,20 @@ class Database:
             return []
         marks = ",".join("?" * len(run_ids))
         return self._read(f"SELECT * FROM events WHERE run_id IN ({marks}) ORDER BY seq", tuple(run_ids))
+
+    def model_usage(self, run_ids: list[str]) -> tuple[int, int, float]:
+        """Summed ``(prompt tokens, completion tokens, cost)`` of the model calls of some runs."""
+        if not run_ids:
+            return 0, 0, 0.0
+        marks = ",".join("?" * len(run_ids))
+        row = self._read(
+            "SELECT coalesce(sum(json_extract(data, '$.prompt_tokens')), 0), "
+            "coalesce(sum(json_extract(data, '$.completion_tokens')), 0), "
+            f"coalesce(sum(json_extract(data, '$.cost')), 0.0) FROM events "
+            f"WHERE type='model_response' AND run_id IN ({marks})",
+            tuple(run_ids),
+        )[0]
+        return int(row[0]), int(row[1]), float(row[2])
 
     def descendants(self, run_id: str) -> list[str]:
         """The run and every run nested under it."""
