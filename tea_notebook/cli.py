@@ -87,20 +87,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from tea_notebook.models.client import display_name
+    from tea_notebook.runtime.agent import Agent
 
     ws = _workspace(args)
-    if args.agent in ws.agents and args.agent != "agent":
-        rec = ws.agents.get(args.agent)
-        agent = ws.agent(
-            args.agent,
-            description=rec.description,
-            model=rec.model,
-            register=False,
-            tools=rec.tools or None,
-            max_steps=rec.max_steps or 20,
-        )
-    else:
-        agent = ws.agent(args.agent)
+    agent = Agent.from_record(ws, args.agent) if args.agent in ws.agents else ws.agent(args.agent)
     if args.max_steps:
         agent.max_steps = args.max_steps
     model, _ = agent.resolved_model(args.model)

@@ -46,6 +46,7 @@ class Workspace:
             raise WorkspaceError(f"cannot create workspace folder {self.path}: {exc.strerror}") from None
         self.db = Database(self.path / "tea.db")
         self._events = None
+        self._live_agents: dict[str, Any] = {}
         stored = self.db.meta("embedder")
         self.embedder = resolve_embedder(embedder if embedder is not None else stored)
         spec = embedder_spec(self.embedder)
@@ -116,7 +117,9 @@ class Workspace:
         row = self.db.run_row(run_id)
         if row is None:
             raise TeaError(f"no run {run_id!r} to fork")
-        runner = agent or self.agent(row["agent"], model=row["model"], register=False)
+        from tea_notebook.runtime.agent import Agent
+
+        runner = agent or Agent.from_record(self, row["agent"])
         replay = steps_from_events(self.events.events(row["id"], nested=False), step)
         if len(replay) < step:
             raise TeaError(f"run {row['id']} has only {len(replay)} steps; cannot fork from step {step}")

@@ -406,11 +406,6 @@ def test_a_valid_step_resets_the_error_counter(ws, adder):
     assert errors == [1, 2, 1, 2]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="agent.py _Run.execute: a 'done' with a bad schema increments `consecutive` but the "
-    "max_consecutive_errors check is never made on that path, so repeated bad 'done' calls run to max_steps",
-)
 def test_repeated_bad_done_counts_towards_max_consecutive_errors(ws):
     script = ScriptedModel([call("done", text="no success field")] * 6)
     result = ws.agent("d", model=script.name, tools=[], max_consecutive_errors=2, max_steps=6).run_sync("t")
@@ -481,11 +476,6 @@ def test_secrets_never_reach_the_event_store(ws, monkeypatch):
     assert "redacted" in step1.actions[0]["observation"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="agent.py _Run._close passes the unredacted answer to Database.finish_run, so the runs "
-    "table (runs.answer) stores a secret that events.redact removes from every event",
-)
 def test_secrets_never_reach_the_runs_table(ws, monkeypatch):
     monkeypatch.setenv("MY_SERVICE_API_KEY", SECRET)
     script = ScriptedModel([call("done", success=True, text=f"the key is {SECRET}")])
@@ -770,12 +760,6 @@ def test_asyncio_cancellation_stores_an_interrupted_run(ws):
     assert len(finished) == 1 and finished[0].data["status"] == "interrupted"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="agent.py _Run._cancellable: when the awaiting task is cancelled, the inner future "
-    "(the running tool action) is not cancelled, so it keeps running and writes a tool_result "
-    "event after the run's run_finished",
-)
 def test_asyncio_cancellation_leaves_no_event_after_run_finished(ws):
     _napper(ws, 0.5)
     script = ScriptedModel([call("nap", minutes=1), call("done", success=True, text="never")])
@@ -882,12 +866,6 @@ def test_fork_with_an_explicit_agent_keeps_its_configuration(ws):
     assert tools == ["done", "work"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="workspace.py Workspace.fork without agent= rebuilds a bare ws.agent(name, model=...), dropping "
-    "the original agent's max_steps, tools (and todo / sub-agents / envs): the fork offers every "
-    "workspace tool and allows 20 steps",
-)
 def test_fork_keeps_the_original_agents_configuration(ws):
     _, first = _two_tool_run(ws)
     prompt, tools = _fork_prompt(ws, first.run_id)

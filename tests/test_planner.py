@@ -225,12 +225,6 @@ def test_todo_md_edits_on_disk_are_read_back(ws):
     assert todo_md(ws, result.run_id) == expected
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="runtime/todo.py TodoList._load only reads lines shaped '- [ ] N. text'; a step a person "
-    "adds without a number ('- [ ] call the tea board') is silently dropped and erased from todo.md "
-    "at the next write",
-)
 def test_a_hand_added_step_without_a_number_is_kept(ws):
     team(ws, ScriptedModel([]), ScriptedModel([]))
     path_box: dict = {}

@@ -396,9 +396,7 @@ class Cassette:
 
 def _divergence(path: Path, cursor: int, expected: dict, messages: list[dict], tools: list[dict] | None) -> str:
     def lines(msgs: list[dict], tls: list[dict] | None) -> list[str]:
-        return json.dumps(
-            {"messages": msgs, "tools": tls or []}, indent=1, sort_keys=True
-        ).splitlines()
+        return json.dumps({"messages": msgs, "tools": tls or []}, indent=1, sort_keys=True).splitlines()
 
     diff = difflib.unified_diff(
         lines(expected["messages"], expected["tools"]), lines(messages, tools), "recorded", "this run", lineterm="", n=2

@@ -187,6 +187,7 @@ class Agent:
         self.tool_timeout = tool_timeout
         self.system_prompt = system_prompt
         self.client = client or ModelClient()
+        workspace._live_agents[name] = self
         if register:
             record = AgentRecord(
                 name=name,
@@ -197,8 +198,38 @@ class Agent:
                 max_steps=max_steps,
                 relations=[{"type": "delegates_to", "target": a} for a in self.sub_agents],
                 origin="runtime",
+                metadata={"config": self._config()},
             )
             workspace.agents.register(record, runtime=self._runner)
+
+    def _config(self) -> dict[str, Any]:
+        """Settings that rebuild this agent from its ACP record (another process, a fork)."""
+        return {
+            "tools": self.tools,
+            "sub_agents": self.sub_agents,
+            "envs": self.envs,
+            "todo": self.todo,
+            "max_actions": self.max_actions,
+            "tool_mode": self.tool_mode,
+            "memory_budget": self.memory_budget,
+            "keep_recent_steps": self.keep_recent_steps,
+            "max_consecutive_errors": self.max_consecutive_errors,
+            "tool_timeout": self.tool_timeout,
+            "system_prompt": self.system_prompt,
+        }
+
+    @classmethod
+    def from_record(cls, workspace: "Workspace", name: str, **overrides: Any) -> "Agent":
+        """The agent registered as ``name``: the live object in this process, or rebuilt from its card."""
+        live = workspace._live_agents.get(name)
+        if live is not None and not overrides:
+            return live
+        rec = workspace.agents.get(name)
+        config = dict(rec.metadata.get("config") or {"tools": rec.tools or None})
+        config.update(description=rec.description, role=rec.role, model=rec.model, max_steps=rec.max_steps or 20)
+        config.update(overrides)
+        config.setdefault("register", False)
+        return cls(workspace, name, **config)
 
     def __repr__(self) -> str:
         return f"Agent({self.name!r}, model={self.resolved_model()[0]!r}, max_steps={self.max_steps})"
@@ -347,7 +378,7 @@ class _Run:
                 obs, ok = result.to_observation(), result.ok
                 err = None if result.ok else result.error.get("type")
             except asyncio.TimeoutError:
-                obs, ok, err = f"Error: {call.name} timed out after {self.agent.tool_timeout:.0f}s", False, "Timeout"
+                obs, ok, err = f"Error: {call.name} timed out after {self.agent.tool_timeout:g}s", False, "Timeout"
         self.emit(
             "tool_result",
             {
@@ -443,22 +474,30 @@ class _Run:
         return thoughts, calls
 
     async def _cancellable(self, coro: Awaitable[Any]) -> Any:
+        """Await ``coro`` while watching the stop signal; cancelling the run cancels it too."""
         task = asyncio.ensure_future(coro)
-        while not task.done():
-            if self.ctx.cancel.is_set():
-                task.cancel()
-                raise RunInterrupted("the run was stopped")
-            await asyncio.wait({task}, timeout=0.05)
+        try:
+            while not task.done():
+                if self.ctx.cancel.is_set():
+                    task.cancel()
+                    raise RunInterrupted("the run was stopped")
+                await asyncio.wait({task}, timeout=0.05)
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
         return task.result()
 
     async def execute(self) -> RunResult:
+        from tea_notebook.runtime.events import redact
+
+        redact.refresh()  # secrets set since the last run are known before the first event
         ws = self.ws
         ws.db.start_run(
             {
                 "id": self.run_id,
                 "parent_id": self.parent_run,
                 "agent": self.agent.name,
-                "task": self.task,
+                "task": redact(self.task),
                 "model": self.model,
                 "started": time.time(),
                 "forked_from": self.fork[0] if self.fork else None,
@@ -525,7 +564,11 @@ class _Run:
                         break
                     consecutive += 1
                     record.results.append(("done", json.dumps(args, ensure_ascii=False, default=str), f"Error: {bad}"))
+                    self.emit("error", {"kind": "model_output", "message": bad, "consecutive": consecutive}, step)
                     self._finish_step(record)
+                    if consecutive >= self.agent.max_consecutive_errors:
+                        status, error = "error", f"{consecutive} consecutive malformed model outputs; last: {bad}"
+                        break
                     continue
                 calls = calls[: self.agent.max_actions]
                 if len(calls) > 1 and all(c.name in agent_tools for c in calls):
@@ -585,7 +628,9 @@ class _Run:
                 "files": files or [],
             },
         )
-        self.ws.db.finish_run(self.run_id, status, answer or error)
+        from tea_notebook.runtime.events import redact
+
+        self.ws.db.finish_run(self.run_id, status, redact(answer or error or ""))
         return RunResult(
             self.run_id,
             self.agent.name,

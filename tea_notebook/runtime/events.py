@@ -45,27 +45,26 @@ _SECRET_SHAPES = re.compile(
 
 class _Redactor:
     """Replaces secrets in text: values of ``*_KEY`` / ``*_TOKEN`` / ``*_SECRET`` / ``*_PASSWORD``
-    environment variables and key-shaped strings. The variable scan is cached and redone when the
-    environment changes."""
+    environment variables and key-shaped strings. The environment is scanned at the start of every
+    run (:meth:`refresh`) and at most every two seconds otherwise, not per event."""
 
     def __init__(self) -> None:
-        self._stamp: int | None = None
+        self._checked = 0.0
         self._pattern: re.Pattern[str] | None = None
         self._names: dict[str, str] = {}
 
-    def _refresh(self) -> None:
-        stamp = hash(frozenset(os.environ.items()))
-        if stamp == self._stamp:
-            return
+    def refresh(self) -> None:
+        """Rescan the environment for secret values now."""
         self._names = {
             value: name for name, value in os.environ.items() if len(value) >= 8 and _SECRET_NAME.search(name)
         }
         values = sorted(self._names, key=len, reverse=True)
         self._pattern = re.compile("|".join(map(re.escape, values))) if values else None
-        self._stamp = stamp
+        self._checked = time.monotonic()
 
     def __call__(self, text: str) -> str:
-        self._refresh()
+        if time.monotonic() - self._checked > 2.0:
+            self.refresh()
         if self._pattern is not None:
             text = self._pattern.sub(lambda m: f"[{self._names[m.group(0)]} redacted]", text)
         return _SECRET_SHAPES.sub("[secret redacted]", text)
@@ -139,11 +138,11 @@ class EventLog:
         return event
 
     def flush(self) -> None:
-        """Write pending events to the database."""
+        """Write pending events to the database (in order, also when threads flush at once)."""
         with self._lock:
             rows, self._pending = self._pending, []
-        if rows:
-            self._db.append_events(rows)
+            if rows:
+                self._db.append_events(rows)
 
     def subscribe(self, callback: Callable[[Event], None], run_id: str | None = None) -> Callable[[], None]:
         """Call ``callback(event)`` for every new event (of one run tree, or all). Returns an unsubscribe."""

@@ -13,6 +13,7 @@ _LINE = re.compile(
     r"(?: \(priority: (?P<prio>high|medium|low)(?:, category: (?P<cat>[^)]*))?\))?"
     r"(?: — result: (?P<result>.*))?$"
 )
+_LOOSE = re.compile(r"^[-*] \[(?P<mark>[ xX!])\] (?P<desc>.+)$")
 _MARKS = {"pending": " ", "success": "x", "failed": "!"}
 _STATUS = {" ": "pending", "x": "success", "X": "success", "!": "failed"}
 
@@ -47,8 +48,12 @@ class TodoList:
 
     def _load(self) -> None:
         steps = []
+        unnumbered = []
         for raw in self.path.read_text().splitlines():
             m = _LINE.match(raw.strip())
+            loose = None if m else _LOOSE.match(raw.strip())
+            if loose:  # a line a person added by hand, without a number
+                unnumbered.append(TodoStep(0, loose["desc"].strip(), status=_STATUS[loose["mark"]]))
             if m:
                 steps.append(
                     TodoStep(
@@ -60,7 +65,10 @@ class TodoList:
                         result=m["result"] or "",
                     )
                 )
-        self.steps = steps
+        next_id = max((s.id for s in steps), default=0) + 1
+        for i, step in enumerate(unnumbered):
+            step.id = next_id + i
+        self.steps = steps + unnumbered
         self._stamp = self.path.stat().st_mtime_ns
 
     def _sync_in(self) -> None:

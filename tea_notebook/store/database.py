@@ -342,7 +342,7 @@ class Database:
             )
 
     def finish_run(self, run_id: str, status: str, answer: str | None) -> None:
-        """Record how a run ended."""
+        """Record how a run ended (the caller redacts secrets from ``answer``)."""
         with self.transaction() as cur:
             cur.execute("UPDATE runs SET status=?, answer=?, ended=? WHERE id=?", (status, answer, time.time(), run_id))
 
