@@ -417,3 +417,29 @@ def test_planner_record_and_delegation_graph(ws):
     assert sorted(rec.related("delegates_to")) == ["analyst", "researcher"]
     assert ws.agents.hierarchy()["planner"] == ["analyst", "researcher"]
     assert json.dumps(rec.model_dump(mode="json"))  # the card is plain data
+
+
+def test_sub_agents_always_get_the_original_task_and_absolute_paths(ws, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    seen: list[str] = []
+
+    def researcher(messages, tools):
+        seen.append(section(user_text(messages), "task"))
+        return call("done", success=True, text="ok")
+
+    ws.agent("researcher", description="Finds facts.", tools=[], model=ScriptedModel(researcher).name)
+    original = "How many rows does data.csv have?"
+    plan = ScriptedModel(
+        [
+            call("researcher_agent", task=original, files=["data.csv"]),
+            call("researcher_agent", task="count the rows", files=[]),
+            call("done", success=True, text="done"),
+        ]
+    )
+    result = ws.planner(["researcher"], model=plan.name).run_sync(original)
+    assert result.success
+    # unmodified task: passed through as is, relative path made absolute
+    assert seen[0].startswith(original)
+    assert str(tmp_path / "data.csv") in seen[0]
+    # a rewritten task: the original still comes first, the planner's wording is kept as an instruction
+    assert seen[1].startswith(original) and "Instruction from planner: count the rows" in seen[1]

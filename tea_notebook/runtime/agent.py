@@ -13,6 +13,7 @@ import json
 import re
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Awaitable
 
 from tea_notebook._sync import run_sync
@@ -309,6 +310,7 @@ class _Run:
         self.prompt_tokens = self.completion_tokens = 0
         self.cost = 0.0
         self.fork = fork
+        self.agent_tools: set[str] = set()
         self.native = self._native()
 
     def _native(self) -> bool:
@@ -355,8 +357,23 @@ class _Run:
         tools.append(DONE_TOOL)
         return tools, agent_tools
 
+    def _delegation(self, call: ToolCall) -> ToolCall:
+        """A sub-agent always receives the ORIGINAL task unmodified (AgentOrchestra's rule), with the
+        caller's own wording kept as an instruction, and absolute file paths."""
+        args = dict(call.arguments)
+        given = str(args.get("task", "")).strip()
+        task = (
+            self.task
+            if given in ("", self.task.strip())
+            else f"{self.task}\n\nInstruction from {self.agent.name}: {given}"
+        )
+        files = [str(Path(f).expanduser().resolve()) for f in args.get("files") or [] if isinstance(f, str)]
+        return ToolCall(call.id, call.name, {**args, "task": task, "files": files}, call.raw_arguments)
+
     async def _run_action(self, call: ToolCall, step: int) -> tuple[str, bool, str | None]:
         """Run one action; returns ``(observation, ok, error type)``."""
+        if call.name in self.agent_tools and isinstance(call.arguments, dict):
+            call = self._delegation(call)
         self.emit("tool_call", {"id": call.id, "name": call.name, "arguments": call.arguments}, step)
         started = time.perf_counter()
         if not isinstance(call.arguments, dict):
@@ -532,6 +549,7 @@ class _Run:
                 if self.ctx.cancel.is_set():
                     raise RunInterrupted("the run was stopped")
                 tools, agent_tools = self._offered()
+                self.agent_tools = agent_tools
                 offered = {t["function"]["name"] for t in tools}
                 reply = await self._call_model(step, tools)
                 record = StepRecord(step)
