@@ -23,7 +23,18 @@ _EXPORTS = {
     "Context": "tea_notebook.protocol.context",
 }
 
-__all__ = ["__version__", *_EXPORTS]
+__all__ = ["__version__", "load_ipython_extension", "unload_ipython_extension", *_EXPORTS]
+
+
+def load_ipython_extension(ip):  # noqa: ANN001 - IPython's InteractiveShell
+    """``%load_ext tea_notebook``: register the magics (the workspace opens on first use)."""
+    from tea_notebook.notebook.magics import load
+
+    load(ip)
+
+
+def unload_ipython_extension(ip):  # noqa: ANN001
+    """``%unload_ext tea_notebook``: nothing to undo beyond what IPython does."""
 
 
 def __getattr__(name: str):

@@ -5,6 +5,7 @@ cell). The coroutine runs on one long-lived background loop thread; ``asyncio.ru
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import threading
 from typing import Any, Coroutine, TypeVar
 
@@ -23,6 +24,11 @@ def _background_loop() -> asyncio.AbstractEventLoop:
             thread.start()
             _loop = loop
         return _loop
+
+
+def submit(coro: Coroutine[Any, Any, T]) -> "concurrent.futures.Future[T]":
+    """Start ``coro`` on the background loop; the caller waits on the returned future."""
+    return asyncio.run_coroutine_threadsafe(coro, _background_loop())
 
 
 def run_sync(coro: Coroutine[Any, Any, T]) -> T:

@@ -108,6 +108,18 @@ class RunResult:
 
         return Trajectory.load(self.workspace, self.run_id)
 
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> tuple[dict, dict]:
+        return self.trajectory._repr_mimebundle_(include, exclude)
+
+    def plot(self) -> Any:
+        """A matplotlib figure: tokens, cost and latency per step."""
+        from tea_notebook.runtime.plots import plot_run
+
+        return plot_run(self.trajectory)
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        p.text(f"RunResult({self.status}: {self.answer[:200]!r}, steps={self.steps}, run_id={self.run_id!r})")
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready summary (what ``tea run --json`` prints)."""
         return {

@@ -187,6 +187,17 @@ class Trajectory:
     def _repr_pretty_(self, p: Any, cycle: bool) -> None:
         p.text(self.text())
 
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> tuple[dict, dict]:
+        from tea_notebook.runtime.render import mimebundle
+
+        return mimebundle(self)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON payload of the trajectory MIME type."""
+        from tea_notebook.runtime.render import payload
+
+        return payload(self)
+
 
 def _args(args: Any) -> str:
     if isinstance(args, str):

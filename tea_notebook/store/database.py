@@ -393,6 +393,10 @@ class Database:
         )[0]
         return int(row[0]), int(row[1]), float(row[2])
 
+    def tool_call_names(self) -> list[tuple[str]]:
+        """The tool name of every tool call event (for plots)."""
+        return self._read("SELECT json_extract(data, '$.name') FROM events WHERE type='tool_call'")
+
     def descendants(self, run_id: str) -> list[str]:
         """The run and every run nested under it."""
         out, frontier = [run_id], [run_id]

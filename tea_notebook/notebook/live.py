@@ -1,0 +1,140 @@
+"""The live trajectory view: one display, updated in place from the event stream while a run goes.
+
+Updates are throttled (at most every ``interval`` seconds, plus a final one), so a fast agent is
+not slowed by rendering; the HTML is the same renderer the final output uses.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from tea_notebook.models.client import display_name
+from tea_notebook.runtime.events import Event
+from tea_notebook.runtime.render import _CSS, _esc, header_html, step_html
+from tea_notebook.runtime.trajectory import StepView
+
+
+class _RunState:
+    def __init__(self, agent: str, task: str, model: str):
+        self.agent, self.task, self.model = agent, task, model
+        self.status = "running"
+        self.steps: dict[int, StepView] = {}
+        self.children: list[str] = []
+        self.tokens = 0
+        self.cost = 0.0
+        self.note = ""
+
+
+class LiveView:
+    """Follows one run tree's events and keeps an IPython display up to date."""
+
+    def __init__(self, interval: float = 0.25, display: bool = True):
+        self.interval = interval
+        self.runs: dict[str, _RunState] = {}
+        self.root: str | None = None
+        self.started = time.monotonic()
+        self._dirty = False
+        self._last = 0.0
+        self._lock = threading.Lock()
+        self._handle = None
+        self.updates = 0
+        if display:
+            from IPython.display import HTML
+            from IPython.display import display as show
+
+            self._handle = show(HTML(self.html()), display_id=True)
+
+    # -- events -------------------------------------------------------------------------
+    def __call__(self, event: Event) -> None:
+        with self._lock:
+            self._apply(event)
+            self._dirty = True
+        if time.monotonic() - self._last >= self.interval or event.type == "run_finished":
+            self.refresh()
+
+    def _apply(self, e: Event) -> None:
+        d = e.data
+        if e.type == "run_started":
+            self.runs[e.run_id] = _RunState(d.get("agent", ""), d.get("task", ""), d.get("model", ""))
+            self.runs[e.run_id].note = d.get("note") or ""
+            if e.parent_id and e.parent_id in self.runs:
+                self.runs[e.parent_id].children.append(e.run_id)
+            elif self.root is None:
+                self.root = e.run_id
+            return
+        run = self.runs.get(e.run_id)
+        if run is None:
+            return
+        step = run.steps.setdefault(e.step, StepView(e.step)) if e.step is not None else None
+        if e.type == "model_response":
+            run.tokens += d.get("prompt_tokens", 0) + d.get("completion_tokens", 0)
+            run.cost += d.get("cost", 0.0)
+        elif e.type == "tool_call" and step is not None:
+            step.actions.append({"id": d["id"], "name": d["name"], "arguments": d["arguments"], "observation": "…"})
+        elif e.type == "tool_result" and step is not None:
+            for a in step.actions:
+                if a.get("id") == d["id"]:
+                    a.update(ok=d["ok"], observation=d["observation"])
+        elif e.type == "step" and step is not None:
+            step.thinking, step.evaluation = d.get("thinking", ""), d.get("evaluation", "")
+            step.memory, step.next_goal = d.get("memory", ""), d.get("next_goal", "")
+            step.replayed = bool(d.get("replayed"))
+        elif e.type == "error" and step is not None:
+            step.errors.append(d.get("message", ""))
+        elif e.type == "run_finished":
+            run.status = d.get("status", "error")
+
+    # -- rendering ----------------------------------------------------------------------
+    def _run_html(self, run_id: str, depth: int = 0) -> str:
+        run = self.runs[run_id]
+        steps = [run.steps[k] for k in sorted(run.steps)]
+        out = [f"<div><span class='muted'>task:</span> {_esc(run.task)}</div>"] if depth == 0 else []
+        if run.note and depth == 0:
+            out.append(f"<div class='muted'>{_esc(run.note)}</div>")
+        out += [step_html(s) for s in steps]
+        for child in run.children:
+            c = self.runs[child]
+            out.append(
+                f"<details open><summary>sub-agent <b>{_esc(c.agent)}</b> · {_esc(c.status)} · "
+                f"{len(c.steps)} steps</summary>{self._run_html(child, depth + 1)}</details>"
+            )
+        return "".join(out)
+
+    def totals(self) -> tuple[int, int, float]:
+        """``(steps of the root run, tokens, cost)`` over the whole tree so far."""
+        steps = len(self.runs[self.root].steps) if self.root in self.runs else 0
+        return steps, sum(r.tokens for r in self.runs.values()), sum(r.cost for r in self.runs.values())
+
+    def html(self) -> str:
+        """The current view."""
+        with self._lock:
+            if self.root is None:
+                return f"{_CSS}<div class='tea-t'><span class='muted'>starting…</span></div>"
+            root = self.runs[self.root]
+            steps, tokens, cost = self.totals()
+            elapsed = f"<span class='muted'>{time.monotonic() - self.started:.1f} s</span>"
+            hint = "<span class='muted'>interrupt the kernel (■) to stop</span>" if root.status == "running" else ""
+            head = header_html(root.agent, display_name(root.model), root.status, steps, tokens, cost, elapsed + hint)
+            return f"{_CSS}<div class='tea-t'>{head}{self._run_html(self.root)}</div>"
+
+    def refresh(self) -> None:
+        """Push the current view to the display (if anything changed)."""
+        if not self._dirty:
+            return
+        self._dirty = False
+        self._last = time.monotonic()
+        self.updates += 1
+        if self._handle is not None:
+            from IPython.display import HTML
+
+            self._handle.update(HTML(self.html()))
+
+    def close(self, final: Any = None) -> None:
+        """Replace the live view with ``final`` (a displayable), or refresh it one last time."""
+        if self._handle is not None and final is not None:
+            self._handle.update(final)
+        else:
+            self._dirty = True
+            self.refresh()

@@ -1,0 +1,292 @@
+"""IPython magics: ``%tea`` (workspace, registries, runs), ``%%tool`` and ``%%agent``.
+
+``%%agent`` runs the agent on the library's background event loop while the cell's thread waits;
+a kernel interrupt (■) arrives there as KeyboardInterrupt and becomes a cooperative stop, so the
+run ends as ``interrupted`` with its trajectory kept and the kernel usable.
+"""
+
+from __future__ import annotations
+
+import ast
+import string
+import textwrap
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class, no_var_expand
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from traitlets import Bool, Float, Unicode
+
+from tea_notebook.errors import TeaError
+
+HELP = """%tea subcommands:
+  %tea model [NAME]           show or set the workspace's default model
+  %tea tools [QUERY]          list or search tools          %tea agents [QUERY]   agents
+  %tea envs                   environments                  %tea memory [QUERY]   summaries and insights
+  %tea runs                   recent runs                   %tea show RUN         one run's trajectory
+  %tea versions NAME          a tool's versions             %tea rollback NAME VERSION
+  %tea workspace [PATH]       show or switch the workspace  %tea plot [RUN]       plot a run (or all runs)
+  %tea help
+Cell magics: %%tool [--name N] [--toolkit T] [--category C]   and   %%agent [AGENT] [options] (see %%agent?)"""
+
+
+class _Listing(list):
+    """A list of records that displays as a table (HTML) and reads as text."""
+
+    def __init__(self, rows: list[dict[str, Any]], title: str):
+        super().__init__(rows)
+        self.title = title
+
+    def _repr_html_(self) -> str:
+        import html
+
+        if not self:
+            return f"<p><i>{html.escape(self.title)}: none</i></p>"
+        cols = list(self[0])
+        head = "".join(f"<th style='text-align:left'>{html.escape(c)}</th>" for c in cols)
+        body = "".join(
+            "<tr>"
+            + "".join(f"<td style='text-align:left'>{html.escape(str(r.get(c, '')))}</td>" for c in cols)
+            + "</tr>"
+            for r in self
+        )
+        return f"<b>{html.escape(self.title)}</b><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        p.text(f"{self.title} ({len(self)})\n")
+        for r in self:
+            p.text("  " + " | ".join(str(v) for v in r.values()) + "\n")
+
+
+def _record_rows(records: list[Any], scores: dict[str, float] | None = None) -> list[dict[str, Any]]:
+    rows = []
+    for r in records:
+        row: dict[str, Any] = {"name": r.name, "v": r.version, "category": r.category, "description": r.description}
+        usage = getattr(r, "usage", None)
+        if usage is not None:
+            row["calls"] = usage.calls
+        if scores is not None:
+            row["score"] = f"{scores[r.name]:.3f}"
+        rows.append(row)
+    return rows
+
+
+@magics_class
+class TeaMagics(Magics):
+    """The tea_notebook magics. Settings: ``%config TeaMagics.default_model = "openai/gpt-4.1-mini"``."""
+
+    default_model = Unicode(None, allow_none=True, config=True, help="Model for %%agent when none is given.")
+    workspace_path = Unicode(".tea", config=True, help="Folder of the current workspace.")
+    live = Bool(True, config=True, help="Show the live trajectory view while %%agent runs.")
+    update_interval = Float(0.25, config=True, help="Seconds between live view updates.")
+
+    def __init__(self, shell: Any = None, **kwargs: Any):
+        super().__init__(shell=shell, **kwargs)
+        self._workspace = None
+        self._activation = None
+
+    # -- the workspace --------------------------------------------------------------------
+    @property
+    def workspace(self) -> Any:
+        """The current workspace (opened on first use, made current so ``@tool`` registers there)."""
+        if self._workspace is None:
+            from tea_notebook.workspace import Workspace
+
+            self._workspace = Workspace(self.workspace_path)
+            self._activation = self._workspace.activate()
+        return self._workspace
+
+    def _switch(self, path: str) -> Any:
+        if self._workspace is not None:
+            self._workspace.close()
+        self._workspace = None
+        self.workspace_path = path
+        return self.workspace
+
+    # -- %tea -----------------------------------------------------------------------------
+    @line_magic
+    def tea(self, line: str) -> Any:
+        """Workspace, registries and runs; ``%tea help`` lists the subcommands."""
+        words = line.split()
+        if not words or words[0] == "help":
+            print(HELP)
+            return None
+        cmd, rest = words[0], words[1:]
+        ws = self.workspace
+        try:
+            if cmd == "model":
+                if rest:
+                    ws.default_model = rest[0]
+                    self.default_model = rest[0]
+                from tea_notebook.models.client import display_name, resolve_model
+
+                model, source = resolve_model(self.default_model, None, ws.default_model)
+                return f"{display_name(model)} (from {source})"
+            if cmd in ("tools", "agents", "envs", "memory", "toolkits"):
+                registry = {
+                    "tools": ws.tools,
+                    "agents": ws.agents,
+                    "envs": ws.envs,
+                    "memory": ws.memory,
+                    "toolkits": ws.toolkits,
+                }[cmd]
+                if rest:
+                    hits = registry.search(" ".join(rest), k=10)
+                    return _Listing(
+                        _record_rows([h.record for h in hits], {h.name: h.score for h in hits}), f"{cmd} matching"
+                    )
+                return _Listing(_record_rows(registry.list()), cmd)
+            if cmd == "runs":
+                rows = [
+                    {"run": r["id"], "agent": r["agent"], "status": r["status"], "task": r["task"][:80]}
+                    for r in ws.runs()
+                ]
+                return _Listing(rows, "runs")
+            if cmd == "show":
+                return ws.trajectory(self._arg(rest, "RUN"))
+            if cmd == "versions":
+                name = self._arg(rest, "NAME")
+                rows = [
+                    {"version": v.version, "hash": v.hash[:12], "current": v.current, "note": v.note}
+                    for v in ws.tools.versions(name)
+                ]
+                return _Listing(rows, f"versions of {name}")
+            if cmd == "rollback":
+                if len(rest) != 2 or not rest[1].isdigit():
+                    raise UsageError("usage: %tea rollback NAME VERSION")
+                return ws.tools.rollback(rest[0], int(rest[1]))
+            if cmd == "workspace":
+                return self._switch(rest[0]) if rest else ws
+            if cmd == "plot":
+                from tea_notebook.runtime.plots import plot_run, plot_runs
+
+                return plot_run(ws.trajectory(rest[0])) if rest else plot_runs(ws)
+        except TeaError as exc:
+            raise UsageError(str(exc)) from None
+        raise UsageError(f"unknown %tea subcommand {cmd!r}; %tea help lists them")
+
+    @staticmethod
+    def _arg(rest: list[str], what: str) -> str:
+        if not rest:
+            raise UsageError(f"this %tea subcommand needs {what}")
+        return rest[0]
+
+    # -- %%tool ---------------------------------------------------------------------------
+    @magic_arguments()
+    @argument("--name", help="tool name (only when the cell defines one function)")
+    @argument("--toolkit", help="toolkit the tools belong to")
+    @argument("--category", default="general", help="category of the tools")
+    @no_var_expand
+    @cell_magic
+    def tool(self, line: str, cell: str) -> Any:
+        """Register the functions the cell defines as tools (their source kept exactly as written)."""
+        args = parse_argstring(self.tool, line)
+        try:
+            tree = ast.parse(cell)
+        except SyntaxError as exc:
+            raise UsageError(f"the cell is not valid Python: {exc}") from None
+        defs = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        if not defs:
+            raise UsageError("%%tool needs a cell that defines at least one function")
+        if args.name and len(defs) > 1:
+            raise UsageError("--name works only when the cell defines one function")
+        result = self.shell.run_cell(cell, silent=True, store_history=False)
+        if not result.success:
+            raise UsageError(f"the cell raised {type(result.error_in_exec).__name__}: {result.error_in_exec}")
+        from tea_notebook.protocol.tools import make_tool
+
+        registered = []
+        try:
+            for node in defs:
+                fn = self.shell.user_ns[node.name]
+                source = ast.get_source_segment(cell, node, padded=True) or ""
+                if node.decorator_list:
+                    first = min(d.lineno for d in node.decorator_list)
+                    source = "\n".join(cell.splitlines()[first - 1 : node.end_lineno])
+                built = make_tool(
+                    fn, name=args.name, toolkit=args.toolkit, category=args.category, source=textwrap.dedent(source)
+                )
+                registered.append(self.workspace.tools.register(built))
+        except TeaError as exc:
+            raise UsageError(str(exc)) from None
+        return _Listing(_record_rows(registered), "registered tools")
+
+    # -- %%agent --------------------------------------------------------------------------
+    @magic_arguments()
+    @argument("agent", nargs="?", default="agent", help="agent name (registered ones keep their settings)")
+    @argument("--model", help="litellm model name, or tea/test, tea/demo, tea/replay:PATH")
+    @argument("--max-steps", type=int, help="step limit")
+    @argument("--tools", help="comma-separated tool names to offer")
+    @argument("--env", action="append", default=[], help="bind an environment (repeatable)")
+    @argument("--out", help="also store the RunResult in this variable")
+    @argument("--quiet", action="store_true", help="no live view")
+    @argument("--interpolate", action="store_true", help="replace {name} in the task with variables")
+    @no_var_expand
+    @cell_magic
+    def agent(self, line: str, cell: str) -> Any:
+        """Run an agent on the cell's text; the result (RunResult) is the cell's value."""
+        args = parse_argstring(self.agent, line)
+        task = cell.strip()
+        if not task:
+            raise UsageError("%%agent needs the task in the cell body")
+        if args.interpolate:
+            task = self._interpolate(task)
+        ws = self.workspace
+        options: dict[str, Any] = {}
+        if args.max_steps:
+            options["max_steps"] = args.max_steps
+        if args.tools:
+            options["tools"] = [t.strip() for t in args.tools.split(",") if t.strip()]
+        if args.env:
+            options["envs"] = args.env
+        from tea_notebook.runtime.agent import Agent
+
+        try:
+            if args.agent in ws.agents:
+                agent = Agent.from_record(ws, args.agent, **options)
+            else:
+                agent = ws.agent(args.agent, **options)
+        except (TeaError, ValueError) as exc:
+            raise UsageError(str(exc)) from None
+        result = self._run(agent, task, args.model or self.default_model, quiet=args.quiet)
+        if args.out:
+            self.shell.user_ns[args.out] = result
+        if result.status == "error":
+            raise UsageError(f"the run ended with an error: {result.error} (run {result.run_id}; %tea show to see it)")
+        return result
+
+    def _interpolate(self, task: str) -> str:
+        names = [f for _, f, _, _ in string.Formatter().parse(task) if f]
+        missing = [n for n in names if n not in self.shell.user_ns]
+        if missing:
+            raise UsageError(f"--interpolate: no variable named {', '.join(missing)}")
+        return task.format_map({n: self.shell.user_ns[n] for n in names})
+
+    def _run(self, agent: Any, task: str, model: str | None, quiet: bool) -> Any:
+        from tea_notebook._sync import submit
+        from tea_notebook.notebook.live import LiveView
+
+        ws = agent.workspace
+        ctx = ws.context()
+        view = None if quiet or not self.live else LiveView(self.update_interval)
+        unsubscribe = ws.events.subscribe(view, run_id=ctx.id) if view else None
+        future = submit(agent.run(task, model=model, context=ctx))
+        try:
+            try:
+                result = future.result()
+            except KeyboardInterrupt:
+                ctx.cancel.set()  # cooperative stop: the run ends as 'interrupted' and is stored
+                result = future.result(timeout=30)
+        finally:
+            if unsubscribe:
+                unsubscribe()
+        if view is not None:
+            view.close()
+        return result
+
+
+def load(ip: Any) -> TeaMagics:
+    """Register the magics with a shell (``%load_ext tea_notebook``)."""
+    magics = TeaMagics(shell=ip, config=ip.config)
+    ip.register_magics(magics)
+    return magics

@@ -1,0 +1,180 @@
+"""Plain renderings of a trajectory: a JSON payload (the ``application/vnd.tea.trajectory+json``
+MIME type), self-contained HTML (every model or tool string escaped) and text.
+
+They depend on nothing but the standard library, so a ``Trajectory`` or ``RunResult`` displays
+richly in any front end (JupyterLab, VS Code, nbconvert, GitHub) without the notebook layer.
+The payload holds no ids, times or durations: executed notebooks stay diffable; those go to the
+bundle's metadata.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tea_notebook.runtime.trajectory import StepView, Trajectory
+
+MIME_TYPE = "application/vnd.tea.trajectory+json"
+OBSERVATION_PREVIEW = 600
+OBSERVATION_MAX = 20_000
+
+_STATUS_COLOUR = {
+    "success": "#1a7f37",
+    "failed": "#b35900",
+    "max_steps": "#b35900",
+    "interrupted": "#6e40c9",
+    "error": "#cf222e",
+    "running": "#0969da",
+}
+
+_CSS = (
+    "<style>.tea-t{font-family:system-ui,-apple-system,Segoe UI,sans-serif;font-size:13px;line-height:1.4;"
+    "border:1px solid #d0d7de;border-radius:6px;padding:8px 10px;margin:4px 0;max-width:100%}"
+    ".tea-t .h{display:flex;gap:10px;flex-wrap:wrap;align-items:baseline}.tea-t .st{font-weight:600}"
+    ".tea-t .step{border-left:3px solid #d0d7de;padding:2px 8px;margin:6px 0}"
+    ".tea-t .act{margin:3px 0 3px 6px}.tea-t code,.tea-t pre{font-family:ui-monospace,Menlo,monospace;font-size:12px}"
+    ".tea-t pre{white-space:pre-wrap;word-break:break-word;background:#f6f8fa;padding:4px 6px;margin:2px 0;"
+    "max-height:24em;overflow:auto}.tea-t .err{color:#cf222e}.tea-t .muted{color:#57606a}"
+    ".tea-t details>summary{cursor:pointer}.tea-t .badge{border:1px solid #d0d7de;border-radius:10px;"
+    "padding:0 6px;font-size:11px}</style>"
+)
+
+
+def _step_payload(step: "StepView") -> dict[str, Any]:
+    return {
+        "number": step.number,
+        "thinking": step.thinking,
+        "evaluation": step.evaluation,
+        "memory": step.memory,
+        "next_goal": step.next_goal,
+        "replayed": step.replayed,
+        "errors": list(step.errors),
+        "prompt_tokens": step.prompt_tokens,
+        "completion_tokens": step.completion_tokens,
+        "cost": step.cost,
+        "actions": [
+            {
+                "name": a.get("name"),
+                "arguments": a.get("arguments"),
+                "ok": a.get("ok"),
+                "observation": _clip(str(a.get("observation", "")), OBSERVATION_MAX),
+            }
+            for a in step.actions
+        ],
+    }
+
+
+def payload(traj: "Trajectory") -> dict[str, Any]:
+    """The JSON document of the custom MIME type (nested sub-runs included)."""
+    from tea_notebook.models.client import display_name
+
+    return {
+        "version": 1,
+        "agent": traj.agent,
+        "task": traj.task,
+        "model": display_name(traj.model),
+        "status": traj.status,
+        "answer": traj.answer,
+        "prompt_tokens": traj.prompt_tokens,
+        "completion_tokens": traj.completion_tokens,
+        "cost": traj.cost,
+        "steps": [_step_payload(s) for s in traj.steps],
+        "children": [payload(c) for c in traj.children],
+    }
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit] + f"\n… ({len(text) - limit:,} more characters)"
+
+
+def _esc(value: Any) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _observation_html(text: str) -> str:
+    """An observation, escaped; long ones show a preview with the rest behind an expander."""
+    if len(text) <= OBSERVATION_PREVIEW:
+        return f"<pre>{_esc(text)}</pre>"
+    rest = _clip(text, OBSERVATION_MAX)
+    return (
+        f"<pre>{_esc(text[:OBSERVATION_PREVIEW])}…</pre><details><summary class='muted'>show all "
+        f"({len(text):,} characters)</summary><pre>{_esc(rest)}</pre></details>"
+    )
+
+
+def _args_text(args: Any) -> str:
+    if isinstance(args, str):
+        try:
+            args = json.loads(args)
+        except ValueError:
+            return args
+    return json.dumps(args, ensure_ascii=False, default=str)
+
+
+def step_html(step: "StepView") -> str:
+    """One step card."""
+    parts = [f"<div class='step'><div><b>step {step.number}</b>"]
+    if step.replayed:
+        parts.append(" <span class='badge'>replayed</span>")
+    parts.append("</div>")
+    for label, value in (("thinking", step.thinking), ("evaluation", step.evaluation), ("next goal", step.next_goal)):
+        if value:
+            parts.append(f"<div><span class='muted'>{label}:</span> {_esc(value)}</div>")
+    if step.memory:
+        parts.append(f"<div><span class='muted'>memory:</span> {_esc(step.memory)}</div>")
+    for a in step.actions:
+        mark = "" if a.get("ok", True) else " class='err'"
+        parts.append(
+            f"<div class='act'><code{mark}>{_esc(a.get('name'))}({_esc(_args_text(a.get('arguments')))})</code>"
+            f"{_observation_html(str(a.get('observation', '')))}</div>"
+        )
+    for err in step.errors:
+        parts.append(f"<div class='err'>{_esc(err)}</div>")
+    parts.append("</div>")
+    return "".join(parts)
+
+
+def header_html(agent: str, model: str, status: str, steps: int, tokens: int, cost: float, extra: str = "") -> str:
+    """The header line: agent, model, status and running totals."""
+    colour = _STATUS_COLOUR.get(status, "#57606a")
+    return (
+        f"<div class='h'><span class='st' style='color:{colour}'>{_esc(status)}</span>"
+        f"<span><b>{_esc(agent)}</b></span><span class='muted'>{_esc(model)}</span>"
+        f"<span>{steps} steps</span><span>{tokens:,} tokens</span><span>${cost:.4f}</span>{extra}</div>"
+    )
+
+
+def trajectory_html(traj: "Trajectory", nested: bool = False) -> str:
+    """A self-contained HTML rendering; sub-runs nest in collapsible blocks."""
+    from tea_notebook.models.client import display_name
+
+    body = [
+        header_html(
+            traj.agent,
+            display_name(traj.model),
+            traj.status,
+            len(traj.steps),
+            traj.prompt_tokens + traj.completion_tokens,
+            traj.cost,
+        ),
+        f"<div><span class='muted'>task:</span> {_esc(traj.task)}</div>",
+    ]
+    body += [step_html(s) for s in traj.steps]
+    for child in traj.children:
+        body.append(
+            f"<details><summary>sub-agent <b>{_esc(child.agent)}</b> · {_esc(child.status)} · "
+            f"{len(child.steps)} steps</summary>{trajectory_html(child, nested=True)}</details>"
+        )
+    if traj.answer:
+        body.append(f"<div><span class='muted'>answer:</span><pre>{_esc(traj.answer)}</pre></div>")
+    inner = "".join(body)
+    return inner if nested else f"{_CSS}<div class='tea-t'>{inner}</div>"
+
+
+def mimebundle(traj: "Trajectory") -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(data, metadata)`` for IPython: the custom MIME type, HTML and text; ids in metadata."""
+    data = {MIME_TYPE: payload(traj), "text/html": trajectory_html(traj), "text/plain": traj.text()}
+    metadata = {MIME_TYPE: {"run_id": traj.run_id, "parent_id": traj.parent_id, "forked_from": traj.forked_from}}
+    return data, metadata
