@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# The main job: set up, then run the tea_notebook demo (the notebook layer will open the tutorials
-# in JupyterLab here). --headless writes the demo's output to docs/_run/ and prints where.
+# The main job: set up (a .venv with tea_notebook[lab]), then open the tutorial notebooks in
+# JupyterLab (other arguments go to JupyterLab, e.g. --port 8899). --headless instead executes the
+# quickstart notebook (offline unless TEA_MODEL is set) and writes it, executed, with an HTML
+# rendering to docs/_run/; the exit code is 0 only when every cell ran.
 set -euo pipefail
-source "$(dirname "${BASH_SOURCE[0]}")/setup.sh" ""
+source "$(dirname "${BASH_SOURCE[0]}")/setup.sh" lab
 cd "$ROOT"
 if [ "${1:-}" = "--headless" ]; then
-    mkdir -p docs/_run
-    "$VENV/bin/tea" demo --workspace docs/_run/demo-workspace | tee docs/_run/demo.txt
-    echo "==> demo output written to $ROOT/docs/_run/demo.txt"
+    exec "$VENV/bin/tea" notebooks --headless --out docs/_run
 else
-    "$VENV/bin/tea" demo --workspace docs/_run/demo-workspace
+    exec "$VENV/bin/tea" notebooks ${1:+--} "$@"
 fi

@@ -5,6 +5,7 @@ cell). The coroutine runs on one long-lived background loop thread; ``asyncio.ru
 from __future__ import annotations
 
 import asyncio
+import atexit
 import concurrent.futures
 import threading
 from typing import Any, Coroutine, TypeVar
@@ -23,7 +24,26 @@ def _background_loop() -> asyncio.AbstractEventLoop:
             thread = threading.Thread(target=loop.run_forever, name="tea-sync-loop", daemon=True)
             thread.start()
             _loop = loop
+            atexit.register(_shutdown, loop)
         return _loop
+
+
+def _shutdown(loop: asyncio.AbstractEventLoop) -> None:
+    """At exit, cancel what is still pending on the loop (litellm's logging worker, for one) so the
+    interpreter does not print 'Task was destroyed but it is pending'."""
+
+    async def cancel_all() -> None:
+        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    if loop.is_running():
+        try:
+            asyncio.run_coroutine_threadsafe(cancel_all(), loop).result(timeout=2)
+        except Exception:  # noqa: BLE001 - best effort at exit
+            pass
+        loop.call_soon_threadsafe(loop.stop)
 
 
 def submit(coro: Coroutine[Any, Any, T]) -> "concurrent.futures.Future[T]":

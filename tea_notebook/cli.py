@@ -85,6 +85,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_notebooks(args: argparse.Namespace) -> int:
+    from tea_notebook.notebooks_job import cmd_notebooks as run
+
+    return run(args)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from tea_notebook.models.client import display_name
     from tea_notebook.runtime.agent import Agent
@@ -205,6 +211,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_show)
     p = sub.add_parser("demo", help="a guided tour of the TEA registries")
     p.set_defaults(func=cmd_demo)
+    p = sub.add_parser("notebooks", help="open the tutorial notebooks in JupyterLab, or run them headless (--headless)")
+    p.add_argument("--headless", action="store_true", help="execute the quickstart and write it with an HTML copy")
+    p.add_argument("--out", default="docs/_run", help="folder for --headless output (default docs/_run)")
+    p.add_argument("lab_args", nargs=argparse.REMAINDER, help="after --: options for JupyterLab (--port 8899 ...)")
+    p.set_defaults(func=cmd_notebooks)
     return parser
 
 

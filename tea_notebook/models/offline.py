@@ -36,7 +36,7 @@ class ScriptError(TeaError):
     """A script item or a script function that is not a valid turn (or that raised)."""
 
 
-def call(name: str, **arguments: Any) -> Turn:
+def call(name: str, /, **arguments: Any) -> Turn:
     """One tool call, for scripts: ``call("add", a=1, b=2)``."""
     return {"name": name, "arguments": arguments}
 

@@ -119,6 +119,18 @@ class LiveView:
             head = header_html(root.agent, display_name(root.model), root.status, steps, tokens, cost, elapsed + hint)
             return f"{_CSS}<div class='tea-t'>{head}{self._run_html(self.root)}</div>"
 
+    def summary(self) -> Any:
+        """The compact line the live view becomes when the run ends."""
+        from IPython.display import HTML
+
+        with self._lock:
+            if self.root is None:
+                return HTML("")
+            root = self.runs[self.root]
+            steps, tokens, cost = self.totals()
+        head = header_html(root.agent, display_name(root.model), root.status, steps, tokens, cost)
+        return HTML(f"{_CSS}<div class='tea-t'>{head}</div>")
+
     def refresh(self) -> None:
         """Push the current view to the display (if anything changed)."""
         if not self._dirty:

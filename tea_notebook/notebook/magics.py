@@ -23,6 +23,7 @@ HELP = """%tea subcommands:
   %tea model [NAME]           show or set the workspace's default model
   %tea tools [QUERY]          list or search tools          %tea agents [QUERY]   agents
   %tea envs                   environments                  %tea memory [QUERY]   summaries and insights
+  %tea toolkits               toolkits
   %tea runs                   recent runs                   %tea show RUN         one run's trajectory
   %tea versions NAME          a tool's versions             %tea rollback NAME VERSION
   %tea workspace [PATH]       show or switch the workspace  %tea plot [RUN]       plot a run (or all runs)
@@ -112,16 +113,22 @@ class TeaMagics(Magics):
             print(HELP)
             return None
         cmd, rest = words[0], words[1:]
+        if cmd == "workspace" and rest:
+            return self._switch(rest[0])  # before opening the default one
         ws = self.workspace
         try:
             if cmd == "model":
-                if rest:
-                    ws.default_model = rest[0]
-                    self.default_model = rest[0]
                 from tea_notebook.models.client import display_name, resolve_model
 
-                model, source = resolve_model(self.default_model, None, ws.default_model)
-                return f"{display_name(model)} (from {source})"
+                if rest:
+                    ws.default_model = rest[0]
+                if self.default_model:
+                    return f"{display_name(self.default_model)} (from %config TeaMagics.default_model)"
+                model, source = resolve_model(None, None, ws.default_model)
+                label = {"workspace": "the workspace default", "default": "no model set: the offline demo"}.get(
+                    source, source
+                )
+                return f"{display_name(model)} (from {label})"
             if cmd in ("tools", "agents", "envs", "memory", "toolkits"):
                 registry = {
                     "tools": ws.tools,
@@ -281,7 +288,7 @@ class TeaMagics(Magics):
             if unsubscribe:
                 unsubscribe()
         if view is not None:
-            view.close()
+            view.close(final=view.summary())  # the full trajectory is the cell's result just below
         return result
 
 

@@ -8,7 +8,7 @@ import importlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from tea_notebook.errors import NotFoundError, RegistryError
+from tea_notebook.errors import NotFoundError, RegistryError, SchemaError
 from tea_notebook.protocol.context import Context, ToolContext
 from tea_notebook.protocol.records import ToolkitRecord, ToolRecord
 from tea_notebook.protocol.registry import InvokeResult, Registry, not_found_result
@@ -19,10 +19,10 @@ if TYPE_CHECKING:
 
 
 def _type_label(schema: dict[str, Any]) -> str:
-    if "type" in schema:
-        return str(schema["type"])
     if "enum" in schema:
         return "one of " + ", ".join(map(repr, schema["enum"]))
+    if "type" in schema:
+        return str(schema["type"])
     if "anyOf" in schema:
         return " | ".join(_type_label(s) for s in schema["anyOf"])
     if "$ref" in schema:
@@ -204,7 +204,10 @@ class ToolRegistry(Registry[ToolRecord]):
                 },
             )
         ctx = context or Context()
-        call = self._caller(record, ctx)
+        try:
+            call = self._caller(record, ctx)
+        except Exception as exc:  # noqa: BLE001 - a tool that cannot be loaded is an observation too
+            return InvokeResult(name, False, error={"type": type(exc).__name__, "message": str(exc)})
         return await self._invoke(name, name, record.parameters, args, call, ctx, record.version)
 
     def invoke(self, name: str, args: dict[str, Any] | None = None, context: Context | None = None) -> InvokeResult:
@@ -283,11 +286,21 @@ def _tool_from_source(record: ToolRecord) -> Tool:
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             node.decorator_list = []
-    namespace: dict[str, Any] = {"__name__": f"tea_tools.{record.name}"}
-    exec(compile(tree, f"<tool {record.name}>", "exec"), namespace)  # noqa: S102 - trusted, own source
+    # the stored source is just the function: give it the names type hints commonly use
+    import typing
+
+    from tea_notebook.protocol.context import ToolContext
+
+    namespace: dict[str, Any] = {n: getattr(typing, n) for n in typing.__all__ if not n.startswith("_")}
+    namespace.update(__name__=f"tea_tools.{record.name}", ToolContext=ToolContext)
+    code = compile(tree, f"<tool {record.name}>", "exec", dont_inherit=True)  # not this module's __future__
+    exec(code, namespace)  # noqa: S102 - trusted, own source
     qualname = record.entrypoint.partition(":")[2].split(".")[-1] or record.name
     fn = namespace.get(qualname) or namespace.get(record.name)
     if not callable(fn):
         raise RegistryError(f"the stored source of tool {record.name!r} does not define {qualname!r}")
-    built = make_tool(fn, name=record.name, description=record.description, source=record.source)
-    return built
+    try:
+        return make_tool(fn, name=record.name, description=record.description, source=record.source)
+    except SchemaError:
+        # hints naming things the source does not import: run with the stored schema, no conversion
+        return Tool(record, fn, None, None)

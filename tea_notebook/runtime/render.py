@@ -175,6 +175,6 @@ def trajectory_html(traj: "Trajectory", nested: bool = False) -> str:
 
 def mimebundle(traj: "Trajectory") -> tuple[dict[str, Any], dict[str, Any]]:
     """``(data, metadata)`` for IPython: the custom MIME type, HTML and text; ids in metadata."""
-    data = {MIME_TYPE: payload(traj), "text/html": trajectory_html(traj), "text/plain": traj.text()}
+    data = {MIME_TYPE: payload(traj), "text/html": trajectory_html(traj), "text/plain": traj.text(ids=False)}
     metadata = {MIME_TYPE: {"run_id": traj.run_id, "parent_id": traj.parent_id, "forked_from": traj.forked_from}}
     return data, metadata

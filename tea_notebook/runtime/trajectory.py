@@ -91,7 +91,12 @@ class Trajectory:
                 if view.replayed or not view.actions:
                     done = {a["name"] for a in view.actions}
                     for tool, args, result in d.get("results", []):
-                        if tool not in done:
+                        if isinstance(args, str):
+                            try:
+                                args = json.loads(args)
+                            except ValueError:
+                                pass
+                        if tool not in done and tool != "error":  # output errors are in view.errors
                             view.actions.append(
                                 {
                                     "name": tool,
@@ -159,10 +164,11 @@ class Trajectory:
         add(self)
         return out
 
-    def text(self, indent: str = "") -> str:
-        """A readable plain-text rendering (also what ``tea show`` prints)."""
+    def text(self, indent: str = "", ids: bool = True) -> str:
+        """A readable plain-text rendering (what ``tea show`` prints; ``ids=False`` for notebooks)."""
+        head = f"run {self.run_id} · " if ids else ""
         lines = [
-            f"{indent}run {self.run_id} · {self.agent} · {display_name(self.model)} · {self.status}",
+            f"{indent}{head}{self.agent} · {display_name(self.model)} · {self.status}",
             f"{indent}task: {self.task}",
         ]
         if self.forked_from:
@@ -176,7 +182,7 @@ class Trajectory:
             for err in s.errors:
                 lines.append(f"{indent}    ! {err}")
         for child in self.children:
-            lines.append(child.text(indent + "    "))
+            lines.append(child.text(indent + "    ", ids))
         lines.append(f"{indent}answer: {self.answer}")
         lines.append(f"{indent}tokens {self.prompt_tokens}+{self.completion_tokens}, cost ${self.cost:.4f}")
         return "\n".join(lines)

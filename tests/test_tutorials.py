@@ -1,0 +1,99 @@
+"""The tutorial notebooks in notebooks/: stored executed, tagged where output is live, passing nbval.
+
+nbval runs in a child pytest (``--nbval`` and ``--nbval-lax``, kernel in this environment) so the
+main test run needs no nbval options, and on a copy of notebooks/ so a run never writes into the
+checkout (``%tea workspace PATH`` first opens ./.tea in the kernel's folder). Strict ``--nbval`` compares every untagged cell's fresh output with the stored one,
+so it also fails when the stored outputs are stale.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+IGNORE_TAG = "nbval-ignore-output"
+# cells whose output is live (display updates) or names run ids, times or temporary paths
+RUN_SPECIFIC = ("%%agent", "%tea runs", "%tea workspace", "%tea show")
+
+
+def _code_cells(path: Path) -> list:
+    return [c for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"]
+
+
+def _offline_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "TEA_MODEL"}  # the stored outputs are the offline ones
+    env["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
+    return env
+
+
+def test_the_quickstart_exists():
+    assert [p.name for p in NOTEBOOKS][:1] == ["01_quickstart.ipynb"]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_stored_executed_in_order_without_errors(path):
+    cells = _code_cells(path)
+    assert [c.execution_count for c in cells] == list(range(1, len(cells) + 1)), "re-run the notebook top to bottom"
+    for c in cells:
+        for out in c.outputs:
+            assert out.output_type != "error", f"stored error in cell {c.source[:60]!r}"
+            assert not (out.output_type == "stream" and out.name == "stderr"), f"stderr in {c.source[:60]!r}"
+    assert sum(bool(c.outputs) for c in cells) >= len(cells) // 2  # it renders with outputs on GitHub
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_run_specific_cells_are_tagged_and_compared_ones_are_clean(path):
+    cells = _code_cells(path)
+    run_ids: set[str] = set()
+    for c in cells:
+        for out in c.outputs:
+            for meta in (out.get("metadata") or {}).values():
+                if isinstance(meta, dict) and meta.get("run_id"):
+                    run_ids.add(meta["run_id"])
+    for c in cells:
+        tagged = IGNORE_TAG in c.metadata.get("tags", [])
+        first = c.source.lstrip().splitlines()[0] if c.source.strip() else ""
+        if first.startswith(RUN_SPECIFIC):
+            assert tagged, f"tag {first!r} with {IGNORE_TAG}"
+        # a comment above a cell magic makes the cell a SyntaxError: markers go in tags
+        assert not re.match(r"\s*#.*\n\s*%%", c.source), c.source[:60]
+        if not tagged:
+            text = repr([out.get("data", {}).get("text/plain", "") + out.get("text", "") for out in c.outputs])
+            assert not any(r in text for r in run_ids), f"a run id in the compared output of {first!r}"
+            assert "tea-quickstart-" not in text, f"a temporary path in the compared output of {first!r}"
+
+
+def test_offline_runs_say_their_model_is_scripted():
+    outputs = "".join(
+        str(out.get("data", {})) + out.get("text", "") for c in _code_cells(NOTEBOOKS[0]) for out in c.outputs
+    )
+    assert "tea/demo (scripted, not an LLM)" in outputs
+    assert "tea/script:quickstart (scripted, not an LLM)" in outputs
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["--nbval", "--nbval-lax"])
+def test_notebooks_pass_nbval(mode, tmp_path):
+    folder = tmp_path / "notebooks"
+    shutil.copytree(ROOT / "notebooks", folder, ignore=shutil.ignore_patterns(".tea", ".ipynb_checkpoints"))
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", mode, "--nbval-current-env", str(folder)],
+        cwd=tmp_path,
+        env=_offline_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    tail = proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert proc.returncode == 0, tail
+    cells = sum(len(_code_cells(p)) for p in NOTEBOOKS)
+    assert re.search(rf"\b{cells} passed\b", proc.stdout), tail
