@@ -150,6 +150,27 @@ class Workspace:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _repr_html_(self) -> str:
+        import html
+
+        rows = "".join(
+            f"<tr><td>{label}</td><td>{count}</td></tr>"
+            for label, count in (
+                ("tools", len(self.tools)),
+                ("toolkits", len(self.toolkits)),
+                ("environments", len(self.envs)),
+                ("agents", len(self.agents)),
+                ("memory items", len(self.memory)),
+                ("runs", len(self.db.runs(10_000))),
+            )
+        )
+        model = html.escape(self.default_model or "(none: tea/demo)")
+        return (
+            f"<b>tea workspace</b> <code>{html.escape(str(self.path))}</code> · embedder "
+            f"<code>{html.escape(self.embedder.id)}</code> · default model <code>{model}</code>"
+            f"<table>{rows}</table>"
+        )
+
     def __repr__(self) -> str:
         return (
             f"Workspace({str(self.path)!r}, tools={len(self.tools)}, envs={len(self.envs)}, "

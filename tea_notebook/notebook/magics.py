@@ -59,6 +59,18 @@ class _Listing(list):
             p.text("  " + " | ".join(str(v) for v in r.values()) + "\n")
 
 
+class _Text(str):
+    """Text that displays as itself (not as a quoted string) in a notebook."""
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        p.text(str(self))
+
+    def _repr_html_(self) -> str:
+        import html
+
+        return f"<pre>{html.escape(str(self))}</pre>"
+
+
 def _record_rows(records: list[Any], scores: dict[str, float] | None = None) -> list[dict[str, Any]]:
     rows = []
     for r in records:
@@ -110,8 +122,7 @@ class TeaMagics(Magics):
         """Workspace, registries and runs; ``%tea help`` lists the subcommands."""
         words = line.split()
         if not words or words[0] == "help":
-            print(HELP)
-            return None
+            return _Text(HELP)
         cmd, rest = words[0], words[1:]
         if cmd == "workspace" and rest:
             return self._switch(rest[0])  # before opening the default one
@@ -123,12 +134,12 @@ class TeaMagics(Magics):
                 if rest:
                     ws.default_model = rest[0]
                 if self.default_model:
-                    return f"{display_name(self.default_model)} (from %config TeaMagics.default_model)"
+                    return _Text(f"{display_name(self.default_model)} (from %config TeaMagics.default_model)")
                 model, source = resolve_model(None, None, ws.default_model)
                 label = {"workspace": "the workspace default", "default": "no model set: the offline demo"}.get(
                     source, source
                 )
-                return f"{display_name(model)} (from {label})"
+                return _Text(f"{display_name(model)} (from {label})")
             if cmd in ("tools", "agents", "envs", "memory", "toolkits"):
                 registry = {
                     "tools": ws.tools,
@@ -206,10 +217,9 @@ class TeaMagics(Magics):
         try:
             for node in defs:
                 fn = self.shell.user_ns[node.name]
-                source = ast.get_source_segment(cell, node, padded=True) or ""
-                if node.decorator_list:
-                    first = min(d.lineno for d in node.decorator_list)
-                    source = "\n".join(cell.splitlines()[first - 1 : node.end_lineno])
+                # whole lines, decorators and trailing comments included, exactly as written
+                first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+                source = "\n".join(cell.splitlines()[first - 1 : node.end_lineno])
                 built = make_tool(
                     fn, name=args.name, toolkit=args.toolkit, category=args.category, source=textwrap.dedent(source)
                 )
@@ -249,10 +259,9 @@ class TeaMagics(Magics):
         from tea_notebook.runtime.agent import Agent
 
         try:
-            if args.agent in ws.agents:
-                agent = Agent.from_record(ws, args.agent, **options)
-            else:
-                agent = ws.agent(args.agent, **options)
+            if args.agent not in ws.agents:
+                ws.agent(args.agent)  # the agent's card; this cell's options apply to this run only
+            agent = Agent.from_record(ws, args.agent, **options)
         except (TeaError, ValueError) as exc:
             raise UsageError(str(exc)) from None
         result = self._run(agent, task, args.model or self.default_model, quiet=args.quiet)
@@ -263,11 +272,16 @@ class TeaMagics(Magics):
         return result
 
     def _interpolate(self, task: str) -> str:
-        names = [f for _, f, _, _ in string.Formatter().parse(task) if f]
-        missing = [n for n in names if n not in self.shell.user_ns]
-        if missing:
-            raise UsageError(f"--interpolate: no variable named {', '.join(missing)}")
-        return task.format_map({n: self.shell.user_ns[n] for n in names})
+        try:
+            names = [f for _, f, _, _ in string.Formatter().parse(task) if f is not None]
+            if any(not n.isidentifier() for n in names):
+                raise ValueError("only {name} of a variable can be interpolated")
+            missing = [n for n in names if n not in self.shell.user_ns]
+            if missing:
+                raise UsageError(f"--interpolate: no variable named {', '.join(missing)}")
+            return task.format_map({n: self.shell.user_ns[n] for n in names})
+        except (ValueError, KeyError, IndexError, AttributeError) as exc:
+            raise UsageError(f"--interpolate: {exc} (write {{{{ and }}}} for literal braces)") from None
 
     def _run(self, agent: Any, task: str, model: str | None, quiet: bool) -> Any:
         from tea_notebook._sync import submit

@@ -200,8 +200,8 @@ class Agent:
         self.tool_timeout = tool_timeout
         self.system_prompt = system_prompt
         self.client = client or ModelClient()
-        workspace._live_agents[name] = self
         if register:
+            workspace._live_agents[name] = self
             record = AgentRecord(
                 name=name,
                 description=description,
