@@ -11,8 +11,13 @@ ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
 
 
-def _blocks() -> list[str]:
+def _all_blocks() -> list[str]:
     return re.findall(r"```python\n(.*?)```", README, re.S)
+
+
+def _blocks() -> list[str]:
+    """Plain Python blocks (the notebook ones start with a magic)."""
+    return [b for b in _all_blocks() if not b.startswith("%")]
 
 
 @pytest.mark.slow
@@ -59,3 +64,23 @@ def test_agent_examples_run_offline(tmp_path, monkeypatch):
     exec(blocks[agents_at + 1], ns)  # noqa: S102 - the ScriptedModel example
     last = ns["ws"].runs(1)[0]
     assert last["status"] == "success" and last["answer"] == "86 °F"
+
+
+@pytest.mark.slow
+def test_notebook_examples_run_in_a_shell(tmp_path, monkeypatch):
+    from IPython.core.interactiveshell import InteractiveShell
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("TEA_MODEL", raising=False)
+    blocks = _all_blocks()
+    start = next(i for i, b in enumerate(blocks) if b.startswith("%load_ext tea_notebook"))
+    ip = InteractiveShell.instance()
+    try:
+        for block in blocks[start : start + 3]:
+            outcome = ip.run_cell(block)
+            assert outcome.success, outcome.error_in_exec or outcome.error_before_exec
+        result = ip.user_ns["result"]
+        assert result.status == "success" and result.answer.startswith("86.0")
+        assert (tmp_path / ".tea" / "tea.db").exists()
+    finally:
+        InteractiveShell.clear_instance()
