@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from bench_protocol import machine  # noqa: E402
+from _common import machine, write_section  # noqa: E402
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
@@ -174,16 +174,6 @@ Command: `.venv/bin/python bench/bench_notebook.py --write --jupyter-ai-python /
 """
 
 
-def write(section: str) -> None:
-    path = ROOT / "docs" / "benchmarks.md"
-    text = path.read_text()
-    start = text.find("## Notebook layer")
-    if start >= 0:
-        end = text.find("\n## ", start + 1)
-        text = text[:start] + section + (text[end + 1 :] if end >= 0 else "")
-    else:
-        text = text.rstrip() + "\n\n" + section
-    path.write_text(text)
 
 
 def main() -> None:
@@ -210,7 +200,7 @@ def main() -> None:
     section = render(results)
     print(section)
     if args.write:
-        write(section)
+        write_section(section)
 
 
 if __name__ == "__main__":

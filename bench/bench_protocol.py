@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import random
 import statistics
 import subprocess
@@ -28,6 +26,9 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from _common import machine, write_section  # noqa: E402
 
 from tea_notebook import Workspace  # noqa: E402
 from tea_notebook.models.embedders import MiniLMEmbedder  # noqa: E402
@@ -207,17 +208,6 @@ def bench_import() -> dict:
     return {"python_startup_s": base, "import_s": ours, "import_plus_workspace_class_s": ws}
 
 
-def machine() -> str:
-    cpu = platform.processor() or ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return f"{os.cpu_count()} cores ({cpu}), {mem:.0f} GiB, Python {platform.python_version()}, {platform.system()}"
 
 
 def render(results: dict) -> str:
@@ -247,16 +237,6 @@ sentences embedded live.
 """
 
 
-def write(section: str) -> None:
-    path = ROOT / "docs" / "benchmarks.md"
-    text = path.read_text() if path.exists() else "# Benchmarks\n\nFigures written by the scripts in `bench/`.\n"
-    start = text.find("## Protocol core")
-    if start >= 0:
-        end = text.find("\n## ", start + 1)
-        text = text[:start] + section + (text[end + 1 :] if end >= 0 else "")
-    else:
-        text = text.rstrip() + "\n\n" + section
-    path.write_text(text)
 
 
 def main() -> None:
@@ -277,7 +257,7 @@ def main() -> None:
     section = render(results)
     print(section)
     if args.write:
-        write(section)
+        write_section(section)
 
 
 if __name__ == "__main__":

@@ -32,7 +32,6 @@ import gc
 import itertools
 import json
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -46,6 +45,9 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from _common import machine, write_section  # noqa: E402
 
 import tea_notebook  # noqa: E402
 from tea_notebook.models.client import ModelClient, ModelReply, ToolCall  # noqa: E402
@@ -417,17 +419,6 @@ def bench_breakdown() -> dict[str, Any]:
 
 
 # -- report ------------------------------------------------------------------------------------
-def machine() -> str:
-    cpu = platform.processor() or ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return f"{os.cpu_count()} cores ({cpu}), {mem:.0f} GiB, Python {platform.python_version()}, {platform.system()}"
 
 
 def versions() -> str:
@@ -581,16 +572,6 @@ Where our time per step goes (each piece timed alone, median per call; a step is
 {explanation}"""
 
 
-def write(section: str) -> None:
-    path = ROOT / "docs" / "benchmarks.md"
-    text = path.read_text() if path.exists() else "# Benchmarks\n\nFigures written by the scripts in `bench/`.\n"
-    start = text.find("## Agent runtime")
-    if start >= 0:
-        end = text.find("\n## ", start + 1)
-        text = text[:start] + section + (text[end + 1 :] if end >= 0 else "")
-    else:
-        text = text.rstrip() + "\n\n" + section
-    path.write_text(text)
 
 
 def main() -> None:
@@ -622,7 +603,7 @@ def main() -> None:
     section = render(results)
     print(section)
     if args.write:
-        write(section)
+        write_section(section)
 
 
 if __name__ == "__main__":

@@ -70,19 +70,8 @@ def shout(text: str) -> str:
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _warm_litellm(tmp_path_factory):
-    """Import litellm and register the offline provider once, so timings measure the runtime."""
-    w = tea_notebook.Workspace(tmp_path_factory.mktemp("warm") / "ws", embedder="hashing")
-    script = ScriptedModel([call("done", success=True, text="warm")])
-    assert w.agent("warm", model=script.name, tools=[]).run_sync("warm up").success
-    w.close()
-
-
-@pytest.fixture
-def ws(tmp_path):
-    w = tea_notebook.Workspace(tmp_path / "ws", embedder="hashing")
-    yield w
-    w.close()
+def _warm(warm_litellm):
+    """Timings measure the runtime, not litellm's first import."""
 
 
 @pytest.fixture

@@ -96,13 +96,6 @@ HI = [{"role": "user", "content": "hi"}]
 
 
 @pytest.fixture
-def ws(tmp_path):
-    workspace = tea_notebook.Workspace(tmp_path / "ws", embedder="hashing")
-    yield workspace
-    workspace.close()
-
-
-@pytest.fixture
 def math_ws(ws):
     """A workspace with three deterministic tools."""
 

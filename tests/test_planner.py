@@ -12,7 +12,6 @@ import time  # noqa: E402
 
 import pytest  # noqa: E402
 
-import tea_notebook  # noqa: E402
 from tea_notebook.models.offline import ScriptedModel, call  # noqa: E402
 
 TASK = "Compare the caffeine content of green and black tea"
@@ -33,19 +32,8 @@ def observations(result) -> list[str]:
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _warm_litellm(tmp_path_factory):
-    """Import litellm and register the offline provider once, so timings measure the runtime."""
-    w = tea_notebook.Workspace(tmp_path_factory.mktemp("warm") / "ws", embedder="hashing")
-    script = ScriptedModel([call("done", success=True, text="warm")])
-    assert w.agent("warm", model=script.name, tools=[]).run_sync("warm up").success
-    w.close()
-
-
-@pytest.fixture
-def ws(tmp_path):
-    w = tea_notebook.Workspace(tmp_path / "ws", embedder="hashing")
-    yield w
-    w.close()
+def _warm(warm_litellm):
+    """Timings measure the runtime, not litellm's first import."""
 
 
 @pytest.fixture

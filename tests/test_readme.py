@@ -83,4 +83,9 @@ def test_notebook_examples_run_in_a_shell(tmp_path, monkeypatch):
         assert result.status == "success" and result.answer.startswith("86.0")
         assert (tmp_path / ".tea" / "tea.db").exists()
     finally:
+        from tea_notebook.workspace import current_workspace
+
+        opened = current_workspace(required=False)
+        if opened is not None:
+            opened.close()  # the magics made it current; leave no current workspace behind
         InteractiveShell.clear_instance()

@@ -70,13 +70,6 @@ def rec(kind: str, name: str, description: str, **fields) -> dict:
     return {"name": name, "description": description, **KIND_EXTRA[kind], **fields}
 
 
-@pytest.fixture
-def ws(tmp_path):
-    workspace = tea_notebook.Workspace(tmp_path / "ws", embedder="hashing")
-    yield workspace
-    workspace.close()
-
-
 def reg(ws, kind):
     return getattr(ws, kind)
 

@@ -23,13 +23,6 @@ from tea_notebook.workspace import current_workspace
 
 
 @pytest.fixture
-def ws(tmp_path):
-    workspace = tea_notebook.Workspace(tmp_path / "ws", embedder="hashing")
-    yield workspace
-    workspace.close()
-
-
-@pytest.fixture
 def no_active_workspace():
     assert current_workspace(required=False) is None, "a workspace leaked as current from elsewhere"
 

@@ -80,13 +80,6 @@ SHOP = {
 
 
 @pytest.fixture
-def ws(tmp_path):
-    workspace = tea_notebook.Workspace(tmp_path / "ws", embedder="hashing")
-    yield workspace
-    workspace.close()
-
-
-@pytest.fixture
 def shop(ws):
     runtime = ShopRuntime()
     ws.envs.register(SHOP, runtime=runtime)

@@ -1,0 +1,37 @@
+"""What the benchmark scripts share: the machine line and writing a section of docs/benchmarks.md."""
+
+from __future__ import annotations
+
+import os
+import platform
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DOC = ROOT / "docs" / "benchmarks.md"
+
+
+def machine() -> str:
+    """Cores, CPU model, memory, Python and OS of this machine."""
+    cpu = platform.processor() or ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return f"{os.cpu_count()} cores ({cpu}), {mem:.0f} GiB, Python {platform.python_version()}, {platform.system()}"
+
+
+def write_section(section: str) -> None:
+    """Replace the section with the same ``## `` heading in docs/benchmarks.md (or append it)."""
+    heading = section.splitlines()[0]
+    text = DOC.read_text() if DOC.exists() else "# Benchmarks\n\nFigures written by the scripts in `bench/`.\n"
+    start = text.find(heading)
+    if start >= 0:
+        end = text.find("\n## ", start + 1)
+        text = text[:start] + section.rstrip() + "\n" + (text[end:] if end >= 0 else "")
+    else:
+        text = text.rstrip() + "\n\n" + section
+    DOC.write_text(text)
