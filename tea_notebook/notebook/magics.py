@@ -71,10 +71,19 @@ class _Text(str):
         return f"<pre>{html.escape(str(self))}</pre>"
 
 
-def _record_rows(records: list[Any], scores: dict[str, float] | None = None) -> list[dict[str, Any]]:
+def _record_rows(
+    records: list[Any], scores: dict[str, float] | None = None, registry: Any = None
+) -> list[dict[str, Any]]:
     rows = []
     for r in records:
         row: dict[str, Any] = {"name": r.name, "v": r.version, "category": r.category, "description": r.description}
+        parameters = getattr(r, "parameters", None)
+        if parameters is not None:
+            props = parameters.get("properties", {})
+            required = set(parameters.get("required", []))
+            row["parameters"] = ", ".join(f"{p}{'' if p in required else '?'}" for p in props)
+        if registry is not None:
+            row["versions"] = len(registry.versions(r.name))
         usage = getattr(r, "usage", None)
         if usage is not None:
             row["calls"] = usage.calls
@@ -150,10 +159,9 @@ class TeaMagics(Magics):
                 }[cmd]
                 if rest:
                     hits = registry.search(" ".join(rest), k=10)
-                    return _Listing(
-                        _record_rows([h.record for h in hits], {h.name: h.score for h in hits}), f"{cmd} matching"
-                    )
-                return _Listing(_record_rows(registry.list()), cmd)
+                    rows = _record_rows([h.record for h in hits], {h.name: h.score for h in hits}, registry)
+                    return _Listing(rows, f"{cmd} matching")
+                return _Listing(_record_rows(registry.list(), registry=registry), cmd)
             if cmd == "runs":
                 rows = [
                     {"run": r["id"], "agent": r["agent"], "status": r["status"], "task": r["task"][:80]}
