@@ -125,6 +125,12 @@ def step_html(step: "StepView") -> str:
     if step.memory:
         parts.append(f"<div><span class='muted'>memory:</span> {_esc(step.memory)}</div>")
     for a in step.actions:
+        if a.get("name") == "done" and str(a.get("observation", "")) == "finished":
+            args = a.get("arguments")
+            args = json.loads(args) if isinstance(args, str) and args.startswith("{") else args
+            ok = args.get("success") if isinstance(args, dict) else None
+            parts.append(f"<div class='act'><code>done</code> <span class='muted'>(success: {_esc(ok)})</span></div>")
+            continue
         mark = "" if a.get("ok", True) else " class='err'"
         parts.append(
             f"<div class='act'><code{mark}>{_esc(a.get('name'))}({_esc(_args_text(a.get('arguments')))})</code>"
