@@ -130,7 +130,10 @@ def open_lab(folder: Path, lab_args: list[str] | None = None) -> int:
     if importlib.util.find_spec("jupyterlab") is None:
         print(LAB_HINT.format(python=sys.executable), file=sys.stderr)
         return 2
-    argv = [sys.executable, "-m", "jupyterlab", f"--notebook-dir={folder}", *(lab_args or [])]
+    extra = list(lab_args or [])
+    if hasattr(os, "geteuid") and os.geteuid() == 0 and "--allow-root" not in extra:
+        extra.append("--allow-root")  # containers and CI machines often run as root; Jupyter refuses otherwise
+    argv = [sys.executable, "-m", "jupyterlab", f"--notebook-dir={folder}", *extra]
     print(f"==> starting JupyterLab on {folder} (Ctrl-C to stop)", flush=True)
     if os.name == "posix":
         os.execv(sys.executable, argv)  # JupyterLab takes over this process: Ctrl-C and signals reach it
