@@ -35,3 +35,10 @@ def write_section(section: str) -> None:
     else:
         text = text.rstrip() + "\n\n" + section
     DOC.write_text(text)
+
+
+def publish(section: str, write: bool) -> None:
+    """Print a results section, and with ``write`` put it into docs/benchmarks.md."""
+    print(section)
+    if write:
+        write_section(section)

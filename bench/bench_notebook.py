@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from _common import machine, write_section  # noqa: E402
+from _common import machine, publish  # noqa: E402
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
@@ -39,7 +39,9 @@ def _kernel(python: str):
     spec_dir = Path(tempfile.mkdtemp()) / "kernels"
     (spec_dir / "bench").mkdir(parents=True)
     argv = [python, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
-    (spec_dir / "bench" / "kernel.json").write_text(json.dumps({"argv": argv, "display_name": "bench", "language": "python"}))
+    (spec_dir / "bench" / "kernel.json").write_text(
+        json.dumps({"argv": argv, "display_name": "bench", "language": "python"})
+    )
     km = KernelManager(kernel_name="bench", kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(spec_dir)]))
     km.start_kernel(env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"})
     kc = km.client()
@@ -140,7 +142,8 @@ def bench_live(steps: int = 200, runs: int = 3) -> dict:
                     )
                     flag = "--quiet" if mode == "quiet" else ""
                     seconds, content = _execute(
-                        kc, f"%%agent bench --tools lookup --max-steps {steps + 1} {flag} --model tea/script:{name}\nbench"
+                        kc,
+                        f"%%agent bench --tools lookup --max-steps {steps + 1} {flag} --model tea/script:{name}\nbench",
                     )
                     assert content["status"] == "ok", content
                     timings[mode].append(seconds)
@@ -174,8 +177,6 @@ Command: `.venv/bin/python bench/bench_notebook.py --write --jupyter-ai-python /
 """
 
 
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--write", action="store_true")
@@ -197,10 +198,7 @@ def main() -> None:
     print("render", results["render"], flush=True)
     results["live"] = bench_live()
     print("live", results["live"], flush=True)
-    section = render(results)
-    print(section)
-    if args.write:
-        write_section(section)
+    publish(render(results), args.write)
 
 
 if __name__ == "__main__":

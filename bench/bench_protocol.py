@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from _common import machine, write_section  # noqa: E402
+from _common import machine, publish  # noqa: E402
 
 from tea_notebook import Workspace  # noqa: E402
 from tea_notebook.models.embedders import MiniLMEmbedder  # noqa: E402
@@ -208,8 +208,6 @@ def bench_import() -> dict:
     return {"python_startup_s": base, "import_s": ours, "import_plus_workspace_class_s": ws}
 
 
-
-
 def render(results: dict) -> str:
     r, s, e, i = results["register"], results["search"], results["embed"], results["import"]
     ok = lambda cond: "✅" if cond else "❌"  # noqa: E731
@@ -237,8 +235,6 @@ sentences embedded live.
 """
 
 
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
@@ -254,10 +250,7 @@ def main() -> None:
     print("register", results["register"], flush=True)
     results["search"] = bench_search(base, embedder)
     print("search", results["search"], flush=True)
-    section = render(results)
-    print(section)
-    if args.write:
-        write_section(section)
+    publish(render(results), args.write)
 
 
 if __name__ == "__main__":

@@ -47,7 +47,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from _common import machine, write_section  # noqa: E402
+from _common import machine, publish  # noqa: E402
 
 import tea_notebook  # noqa: E402
 from tea_notebook.models.client import ModelClient, ModelReply, ToolCall  # noqa: E402
@@ -572,8 +572,6 @@ Where our time per step goes (each piece timed alone, median per call; a step is
 {explanation}"""
 
 
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
@@ -600,10 +598,7 @@ def main() -> None:
     )
     results["breakdown"] = bench_breakdown()
     print("breakdown", results["breakdown"], flush=True)
-    section = render(results)
-    print(section)
-    if args.write:
-        write_section(section)
+    publish(render(results), args.write)
 
 
 if __name__ == "__main__":

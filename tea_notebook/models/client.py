@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 DEMO_MODEL = "tea/demo"
 NO_MODEL_NOTE = (
     "No model is configured, so the offline demo model (tea/demo, scripted, not an LLM) runs. "
-    "Set one with TEA_MODEL=provider/model (e.g. openai/gpt-4.1-mini, ollama/qwen3), "
+    "Set one with TEA_MODEL=provider/model (any litellm model name, or a local server's), "
     "Workspace(..., model=...) or model=... on the agent."
 )
 
@@ -121,7 +121,7 @@ def _friendly(model: str, exc: Exception) -> ModelError:
     if kind in ("APIConnectionError", "Timeout"):
         return ModelError(f"model {model!r}: cannot reach the provider (network or base_url).{hint} ({first})")
     if kind in ("NotFoundError", "BadRequestError") and "LLM Provider NOT provided" in str(exc):
-        return ModelError(f"model {model!r} is not a litellm model name; use provider/model, e.g. openai/gpt-4.1-mini")
+        return ModelError(f"model {model!r} is not a litellm model name; use provider/model")
     return ModelError(f"model {model!r}: {kind}: {first}.{hint}")
 
 

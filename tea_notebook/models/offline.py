@@ -21,7 +21,6 @@ from typing import Any, Callable, Iterable
 from tea_notebook.errors import TeaError
 
 Turn = dict[str, Any]
-SCRIPTED_LABEL = "scripted"
 
 
 class ReplayDivergence(TeaError):

@@ -95,7 +95,7 @@ def _record_rows(
 
 @magics_class
 class TeaMagics(Magics):
-    """The tea_notebook magics. Settings: ``%config TeaMagics.default_model = "openai/gpt-4.1-mini"``."""
+    """The tea_notebook magics. Settings: ``%config TeaMagics.default_model = "provider/model"``."""
 
     default_model = Unicode(None, allow_none=True, config=True, help="Model for %%agent when none is given.")
     workspace_path = Unicode(".tea", config=True, help="Folder of the current workspace.")

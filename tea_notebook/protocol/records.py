@@ -16,6 +16,12 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 NAME_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]{0,63}$")
 
 
+def content_hash(content: dict[str, Any]) -> str:
+    """sha256 of a record's content as canonical JSON (what versions are compared by)."""
+    blob = json.dumps(content, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
 class Relation(BaseModel):
     """A typed edge of a registry's relation graph, from the record that holds it to ``target``."""
 
@@ -79,8 +85,7 @@ class Record(BaseModel):
 
     def content_hash(self) -> str:
         """sha256 of the canonical JSON of :meth:`content`."""
-        blob = json.dumps(self.content(), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(blob.encode()).hexdigest()
+        return content_hash(self.content())
 
     def search_text(self) -> str:
         """The text that is embedded and keyword-indexed for retrieval."""
@@ -270,9 +275,3 @@ class MemoryRecord(Record):
     def search_views(self) -> list[tuple[str, float]]:
         """The text itself, and the task it came from at half weight."""
         return [(self.description, 1.0), (self.task, 0.5)] if self.task else [(self.description, 1.0)]
-
-
-RecordKind = Literal["tool", "toolkit", "environment", "agent", "memory"]
-RECORD_TYPES: dict[str, type[Record]] = {
-    t.KIND: t for t in (ToolRecord, ToolkitRecord, EnvironmentRecord, AgentRecord, MemoryRecord)
-}

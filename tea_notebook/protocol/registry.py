@@ -27,7 +27,7 @@ from pydantic import ValidationError
 from tea_notebook._sync import run_sync
 from tea_notebook.errors import EmbeddingError, NotFoundError, RegistryError
 from tea_notebook.protocol.context import Context
-from tea_notebook.protocol.records import Record, UsageStats
+from tea_notebook.protocol.records import Record, UsageStats, content_hash
 from tea_notebook.protocol.retrieval import KeywordIndex, SearchHit, fuse
 from tea_notebook.store.vectors import VectorIndex
 
@@ -201,9 +201,9 @@ class Registry(Generic[R]):
         with self._db.transaction() as cur:
             results = []
             for record, _, text, views in prepared:
-                data = json.dumps(record.content())
+                content = record.content()
                 version, _created = self._db.put_version(
-                    cur, self.kind, record.name, record.content_hash(), data, text, views, note
+                    cur, self.kind, record.name, content_hash(content), json.dumps(content), text, views, note
                 )
                 results.append(version)
             if embeddings is not None:
@@ -227,11 +227,13 @@ class Registry(Generic[R]):
     def _parse(self, data: str, version: int) -> R:
         return self.record_type.model_validate({**json.loads(data), "version": version})
 
-    def _decorate(self, record: R) -> R:
-        """Attach live data that is not versioned (usage statistics)."""
+    def _decorate(self, record: R, usage: dict[str, tuple] | None = None) -> R:
+        """Attach live data that is not versioned (usage statistics; ``usage`` when already read)."""
         if "usage" in self.record_type.model_fields:
-            self.flush_usage()
-            row = self._db.usage(self.kind).get(record.name)
+            if usage is None:
+                self.flush_usage()
+                usage = self._db.usage(self.kind, record.name)
+            row = usage.get(record.name)
             if row:
                 calls, failures, mean, last = row
                 record = record.model_copy(
@@ -286,7 +288,7 @@ class Registry(Generic[R]):
         return f"no {self.kind} named {name!r} is registered{hint}"
 
     def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and self._db.head(self.kind, name) is not None
+        return isinstance(name, str) and self.current(name) is not None
 
     def __len__(self) -> int:
         self._sync()
@@ -310,7 +312,7 @@ class Registry(Generic[R]):
         for name in sorted(self._records):
             rec = self._records[name]
             if all(getattr(rec, k, None) == v for k, v in where.items() if not k.startswith("_")):
-                out.append(self._decorate(rec) if name in usage else rec)
+                out.append(self._decorate(rec, usage) if name in usage else rec)
         return out
 
     def describe(self, name: str) -> str:

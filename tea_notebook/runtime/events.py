@@ -35,7 +35,6 @@ EVENT_TYPES = frozenset(
         "run_finished",
     }
 )
-RUN_STATUSES = frozenset({"running", "success", "failed", "max_steps", "interrupted", "error"})
 
 _SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?)$", re.I)
 _SECRET_SHAPES = re.compile(

@@ -291,14 +291,6 @@ class Database:
         rows = self._read("SELECT id FROM entities WHERE kind=? AND name=?", (kind, name))
         return rows[0][0] if rows else None
 
-    def names_by_id(self, kind: str, ids: list[int]) -> dict[int, str]:
-        """Names of entity ids."""
-        if not ids:
-            return {}
-        marks = ",".join("?" * len(ids))
-        rows = self._read(f"SELECT id, name FROM entities WHERE kind=? AND id IN ({marks})", (kind, *ids))
-        return dict(rows)
-
     # -- change log ---------------------------------------------------------------------
     def last_change(self, kind: str) -> int:
         """The sequence number of the newest change to a kind (0 when none)."""
@@ -322,13 +314,14 @@ class Database:
                 [(kind, *row) for row in rows],
             )
 
-    def usage(self, kind: str) -> dict[str, tuple[int, int, float, float | None]]:
-        """``name -> (calls, failures, mean latency in seconds of calls that ran, last used)``."""
-        rows = self._read(
+    def usage(self, kind: str, name: str | None = None) -> dict[str, tuple[int, int, float, float | None]]:
+        """``name -> (calls, failures, mean latency in seconds of calls that ran, last used)`` for a
+        kind (or one name of it)."""
+        sql = (
             "SELECT name, calls, failures, CASE WHEN timed > 0 THEN total_latency / timed ELSE 0 END, "
-            "last_used FROM usage WHERE kind=?",
-            (kind,),
+            "last_used FROM usage WHERE kind=?"
         )
+        rows = self._read(sql + " AND name=?", (kind, name)) if name else self._read(sql, (kind,))
         return {r[0]: tuple(r[1:]) for r in rows}  # type: ignore[misc]
 
     # -- runs and events ----------------------------------------------------------------
