@@ -23,6 +23,8 @@ class Context:
         # a run tree shares one stop signal: cancelling the root stops every sub-agent
         self.cancel: threading.Event = parent.cancel if parent is not None else threading.Event()
         self.root: str = parent.root if parent is not None else self.id
+        # permissions granted by the person for this run tree (e.g. "kernel.write")
+        self.grants: set[str] = parent.grants if parent is not None else set()
         self.is_run = False
         self._bound: dict[str, list[str]] = {}
         self._state: dict[str, dict[str, Any]] = {}

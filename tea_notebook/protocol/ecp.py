@@ -33,12 +33,75 @@ class EnvironmentRegistry(Registry[EnvironmentRecord]):
         """The object behind an environment in this process, or None."""
         return self._runtimes.get(name)
 
-    def state(self, name: str) -> str:
-        """The environment's current state text: from its runtime when attached, else the record's."""
+    # -- live environments (tea_notebook.envs) ------------------------------------------
+    @property
+    def manager(self) -> Any:
+        """The session manager (ECP's environment context manager) of this workspace."""
+        if self._manager is None:
+            from tea_notebook.envs.sessions import SessionManager
+
+            self._manager = SessionManager(self.workspace)
+        return self._manager
+
+    _manager: Any = None
+
+    def add(self, env: Any, *, name: str | None = None, description: str | None = None, **config: Any):
+        """Register a live environment class (or ``"module:Class"``) with its options; one session
+        per run is started on the first action and stopped when the run ends.
+
+        ``ws.envs.add(PythonSandbox, timeout=10, memory_mb=512)``
+        """
+        from tea_notebook.envs.base import Environment
+        from tea_notebook.envs.sessions import EnvironmentRuntime, load_class
+
+        cls = load_class(env) if isinstance(env, str) else env
+        if not (isinstance(cls, type) and issubclass(cls, Environment)):
+            raise TypeError(f"ws.envs.add takes an Environment subclass, not {cls!r}")
+        try:  # unknown options fail here, before anything is registered
+            inspect.signature(cls).bind(self.manager.folder("check"), **config)
+        except TypeError as exc:
+            raise TypeError(f"{cls.__name__}: {exc}") from None
+        record = cls.record(name, description)
+        return self.register(record, note="live environment", runtime=EnvironmentRuntime(
+            self.manager, record.name, cls, config))
+
+    def ensure(self, name: str) -> EnvironmentRecord:
+        """The environment ``name``, adding a built-in one (python, files, browser, kernel) on first
+        use and re-attaching a live runtime to a stored record in a new process."""
+        from tea_notebook.envs import BUILTIN
+
+        if name in self and (name in self._runtimes or name not in BUILTIN):
+            return self.get(name)
+        if name in BUILTIN:
+            return self.add(BUILTIN[name], name=name)
+        return self.get(name)  # raises NotFoundError naming what exists
+
+    def release(self, run: str | None = None, environment: str | None = None) -> list[str]:
+        """Stop the live sessions of one run, of one environment, or all of them."""
+        return self.manager.release(run, environment) if self._manager is not None else []
+
+    async def arelease(self, run: str | None = None, environment: str | None = None) -> list[str]:
+        """Async :meth:`release`."""
+        return await self.manager.arelease(run, environment) if self._manager is not None else []
+
+    def sessions(self) -> list[Any]:
+        """The live sessions now (environment, run key, folder, state)."""
+        return self.manager.live() if self._manager is not None else []
+
+    def state(self, name: str, context: Context | None = None) -> str:
+        """The environment's current state text (of ``context``'s session for live environments):
+        from its runtime when attached, else the record's."""
         rec = self.get(name)
         runtime = self._runtimes.get(name)
         getter = getattr(runtime, "state", None)
-        return str(getter()) if callable(getter) else rec.state
+        if not callable(getter):
+            return rec.state
+        return str(getter(context) if inspect.signature(getter).parameters else getter())
+
+    def vision(self, name: str, context: Context | None = None) -> bytes | None:
+        """A PNG screenshot of the environment's current state, when it has one."""
+        getter = getattr(self._runtimes.get(name), "vision", None)
+        return getter(context) if callable(getter) else None
 
     def _action_call(self, env: str, action: str, context: Context):
         rec = self.get(env)

@@ -9,6 +9,7 @@ Everything that happens is an event in the workspace store.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import re
 import time
@@ -138,6 +139,13 @@ class RunResult:
         }
 
 
+def _content_chars(message: dict[str, Any]) -> int:
+    content = message["content"]
+    if isinstance(content, str):
+        return len(content)
+    return sum(len(part.get("text", "")) for part in content)
+
+
 def _parse_json_object(text: str) -> dict[str, Any]:
     """The JSON object in a model's text (code fences and prose around it tolerated)."""
     cleaned = re.sub(r"^```(?:json)?\s*|\s*```$", "", text.strip())
@@ -176,6 +184,7 @@ class Agent:
         keep_recent_steps: int = 4,
         max_consecutive_errors: int = 3,
         tool_timeout: float = 300.0,
+        vision: bool | None = None,
         system_prompt: str | None = None,
         client: ModelClient | None = None,
         role: str = "",
@@ -198,6 +207,7 @@ class Agent:
         self.keep_recent_steps = keep_recent_steps
         self.max_consecutive_errors = max_consecutive_errors
         self.tool_timeout = tool_timeout
+        self.vision = vision
         self.system_prompt = system_prompt
         self.client = client or ModelClient()
         if register:
@@ -228,6 +238,7 @@ class Agent:
             "keep_recent_steps": self.keep_recent_steps,
             "max_consecutive_errors": self.max_consecutive_errors,
             "tool_timeout": self.tool_timeout,
+            "vision": self.vision,
             "system_prompt": self.system_prompt,
         }
 
@@ -260,17 +271,21 @@ class Agent:
         model: str | None = None,
         context: Context | None = None,
         max_steps: int | None = None,
+        grants: list[str] | tuple[str, ...] = (),
         _replay: list[StepRecord] | None = None,
         _fork: tuple[str, int] | None = None,
     ) -> RunResult:
         """Run the agent on ``task``. Never raises for the task's own failures: see ``status``.
 
+        ``grants``: permissions for this run only, e.g. ``["kernel.write"]`` lets the kernel
+        environment write variables and run code in the user's namespace.
+
         ``context``: a :meth:`Workspace.context` whose ``cancel`` event stops the run (and its
         sub-agents) cooperatively: ``ctx.cancel.set()`` from another thread or a Stop button.
         """
-        return await _Run(
-            self, task, list(files or []), model, context, max_steps or self.max_steps, _replay, _fork
-        ).execute()
+        run = _Run(self, task, list(files or []), model, context, max_steps or self.max_steps, _replay, _fork)
+        run.ctx.grants.update(grants)
+        return await run.execute()
 
     def run_sync(self, task: str, files: list[str] | None = None, **kwargs: Any) -> RunResult:
         """:meth:`run` from synchronous code, also inside a running event loop (a notebook cell)."""
@@ -352,6 +367,11 @@ class _Run:
             records = ws.tools.route(context=self.ctx, k=20)
         else:
             records = ws.tools.route(self.task, self.ctx, k=20)
+        offered_names = {r.name for r in records}
+        for tool_name in self._environment_tools():
+            if tool_name not in offered_names:
+                records.append(ws.tools.get(tool_name))
+                offered_names.add(tool_name)
         agent_tools: set[str] = set()
         for sub in self.agent.sub_agents:
             tool_name = sub if sub.endswith("agent") else f"{sub}_agent"
@@ -368,6 +388,18 @@ class _Run:
             tools.append(TODO_TOOL)
         tools.append(DONE_TOOL)
         return tools, agent_tools
+
+    def _environment_tools(self) -> list[str]:
+        """The tools of every bound environment (lifted by E2T into a toolkit on first use)."""
+        from tea_notebook.protocol.transformations import e2t
+
+        names: list[str] = []
+        for env in self.agent.envs:
+            self.ws.envs.ensure(env)
+            if env not in self.ws.toolkits:
+                e2t(self.ws, env)
+            names.extend(self.ws.toolkits.get(env).tools)
+        return names
 
     def _delegation(self, call: ToolCall) -> ToolCall:
         """A sub-agent always receives the ORIGINAL task unmodified (AgentOrchestra's rule), with the
@@ -441,7 +473,7 @@ class _Run:
         )
         self.emit(
             "model_request",
-            {"model": self.model, "messages": len(messages), "prompt_chars": sum(len(m["content"]) for m in messages)},
+            {"model": self.model, "messages": len(messages), "prompt_chars": sum(map(_content_chars, messages))},
             step,
         )
         reply = await self._cancellable(
@@ -466,14 +498,32 @@ class _Run:
         )
         return reply
 
-    def _environments(self) -> list[dict[str, str]]:
+    def _environments(self) -> list[dict[str, Any]]:
         out = []
         for name in self.agent.envs:
-            rec = self.ws.envs.get(name)
-            out.append(
-                {"name": name, "rules": rec.rules, "state": self.ws.envs.state(name), "vision": rec.screenshot or ""}
-            )
+            rec = self.ws.envs.ensure(name)
+            entry: dict[str, Any] = {"name": name, "rules": rec.rules, "state": self.ws.envs.state(name, self.ctx)}
+            png = self.ws.envs.vision(name, self.ctx)
+            if png:
+                entry["vision"] = f"a screenshot of {name} is attached ({len(png) // 1024} KB PNG)"
+                if self._sees_images():
+                    entry["image"] = "data:image/png;base64," + base64.b64encode(png).decode()
+            elif rec.screenshot:
+                entry["vision"] = rec.screenshot
+            out.append(entry)
         return out
+
+    def _sees_images(self) -> bool:
+        if self.agent.vision is not None:
+            return self.agent.vision
+        if is_offline(self.model):
+            return False
+        try:
+            from tea_notebook.models.client import _litellm
+
+            return bool(_litellm().supports_vision(model=self.model))
+        except Exception:  # noqa: BLE001 - unknown model: text only
+            return False
 
     def _actions(self, reply: ModelReply) -> tuple[dict[str, str], list[ToolCall]]:
         """``(thoughts, actions)`` from a reply; raises ValueError with what the model got wrong."""
@@ -633,8 +683,22 @@ class _Run:
         except asyncio.CancelledError:
             status, error = "interrupted", "cancelled"
             self._close(status, answer, error)
+            self._release_sessions(wait=False)
             raise
-        return self._close(status, answer, error, files)
+        result = self._close(status, answer, error, files)
+        await self._release_sessions()
+        return result
+
+    async def _release_sessions(self, wait: bool = True) -> None:
+        """A root run's environment sessions end with it (sub-agents share their root's)."""
+        if self.ctx.root != self.run_id or not self.ws.envs.sessions():
+            return
+        if wait:
+            await self.ws.envs.arelease(self.run_id)
+        else:
+            from tea_notebook._sync import submit
+
+            submit(self.ws.envs.arelease(self.run_id))
 
     def _close(self, status: str, answer: str, error: str | None, files: list[str] | None = None) -> RunResult:
         steps = self.last_step

@@ -115,8 +115,9 @@ def build_messages(
     max_actions: int,
     native: bool,
     system_prompt: str | None = None,
-) -> list[dict[str, str]]:
-    """System + user messages for one step."""
+) -> list[dict[str, Any]]:
+    """System + user messages for one step; environment screenshots (``image`` data URLs) are
+    attached to the user message as image parts."""
     env_rules = "\n".join(
         f'<environment name="{e["name"]}"><interaction>{e.get("rules", "")}</interaction></environment>'
         for e in environments
@@ -146,4 +147,8 @@ def build_messages(
         f"<environment_state>{env_state or '(none bound)'}</environment_state>\n"
         f"<tool_state><available_actions>{actions}</available_actions></tool_state>"
     )
+    images = [e["image"] for e in environments if e.get("image")]
+    if images:
+        parts = [{"type": "text", "text": user}] + [{"type": "image_url", "image_url": {"url": u}} for u in images]
+        return [{"role": "system", "content": system}, {"role": "user", "content": parts}]
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]

@@ -1,0 +1,166 @@
+"""The base class of live environments and the ``@action`` marker for their methods."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, ClassVar
+
+from tea_notebook.errors import TeaError
+from tea_notebook.protocol.records import ActionSpec, EnvironmentRecord
+from tea_notebook.protocol.schema import function_schema
+
+if TYPE_CHECKING:
+    from tea_notebook.protocol.context import Context
+
+_ACTION = "__tea_action__"
+
+
+class EnvironmentFailure(TeaError):
+    """An environment action failed in a way the agent should read (a limit, a refused path)."""
+
+
+class ActionTimeout(EnvironmentFailure):
+    """An action did not finish within its time limit."""
+
+
+def action(
+    fn: Callable[..., Any] | None = None,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    preconditions: tuple[str, ...] = (),
+    postconditions: tuple[str, ...] = (),
+    timeout: float | None = None,
+) -> Any:
+    """Mark a method of an :class:`Environment` as an action. Its parameter schema comes from the
+    type hints and docstring; ``timeout`` overrides the environment's ``action_timeout``."""
+
+    def mark(f: Callable[..., Any]) -> Callable[..., Any]:
+        setattr(
+            f,
+            _ACTION,
+            {
+                "name": name or f.__name__,
+                "description": description,
+                "preconditions": list(preconditions),
+                "postconditions": list(postconditions),
+                "timeout": timeout,
+            },
+        )
+        return f
+
+    return mark(fn) if fn is not None else mark
+
+
+class Environment:
+    """One live session of an environment.
+
+    Subclasses set ``name``, ``description``, ``rules`` and decorate methods with :func:`action`.
+    ECP's session manager creates an instance per run (``scope = "run"``) with the run's folder,
+    calls :meth:`start` before the first action and :meth:`stop` when the run ends; :meth:`kill`
+    is the last resort at interpreter exit. :meth:`state` and :meth:`vision` feed the prompt's
+    ``<state>`` and ``<vision>`` blocks.
+    """
+
+    name: ClassVar[str] = ""
+    description: ClassVar[str] = ""
+    rules: ClassVar[str] = ""
+    category: ClassVar[str] = "general"
+    constraints: ClassVar[list[str]] = []
+    scope: ClassVar[str] = "run"
+    action_timeout: ClassVar[float] = 30.0
+
+    def __init__(self, folder: Path, context: "Context | None" = None, **config: Any):
+        self.folder = Path(folder)
+        self.context = context
+        if config:
+            raise TypeError(f"{type(self).__name__} got unknown options: {', '.join(sorted(config))}")
+
+    # -- lifecycle -------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Acquire resources (a process, a browser). Called once before the first action."""
+
+    async def stop(self) -> None:
+        """Release every resource. Must be safe to call twice."""
+
+    async def reset(self) -> None:
+        """Back to a fresh session."""
+        await self.stop()
+        await self.start()
+
+    def kill(self) -> None:
+        """Synchronous last-resort cleanup at interpreter exit (kill child processes)."""
+
+    # -- what the prompt shows ------------------------------------------------------------
+    def state(self) -> str:
+        """A short text of the current state."""
+        return ""
+
+    def vision(self) -> bytes | None:
+        """A PNG screenshot of the current state, when the environment has one."""
+        return None
+
+    # -- the action space ----------------------------------------------------------------
+    @classmethod
+    def action_methods(cls) -> dict[str, Callable[..., Any]]:
+        """Action name → unbound method, in definition order."""
+        out: dict[str, Callable[..., Any]] = {}
+        for klass in reversed(cls.__mro__):
+            for attr, value in vars(klass).items():
+                meta = getattr(value, _ACTION, None)
+                if meta is not None:
+                    out[meta["name"]] = value
+        return out
+
+    @classmethod
+    def actions(cls) -> list[ActionSpec]:
+        """The typed action space, from the marked methods' signatures and docstrings."""
+        specs = []
+        for name, method in cls.action_methods().items():
+            meta = getattr(method, _ACTION)
+            schema = function_schema(method, name=name, description=meta["description"])
+            specs.append(
+                ActionSpec(
+                    name=name,
+                    description=schema.description,
+                    parameters=schema.parameters,
+                    returns=schema.returns,
+                    preconditions=meta["preconditions"],
+                    postconditions=meta["postconditions"],
+                )
+            )
+        return specs
+
+    @classmethod
+    def record(cls, name: str | None = None, description: str | None = None) -> EnvironmentRecord:
+        """The ECP record describing this environment."""
+        if not (name or cls.name):
+            raise TypeError(f"{cls.__name__} needs a name")
+        return EnvironmentRecord(
+            name=name or cls.name,
+            description=description or cls.description or (cls.__doc__ or "").strip().split("\n")[0],
+            rules=cls.rules,
+            actions=cls.actions(),
+            constraints=list(cls.constraints),
+            category=cls.category,
+            origin="environment",
+            metadata={"runtime": f"{cls.__module__}:{cls.__qualname__}"},
+        )
+
+    async def call(self, action_name: str, args: dict[str, Any]) -> Any:
+        """Run one action with its time limit; sync actions run in a worker thread."""
+        method = self.action_methods().get(action_name)
+        if method is None:
+            raise EnvironmentFailure(f"{self.name} has no action {action_name!r}")
+        limit = getattr(method, _ACTION)["timeout"] or self.action_timeout
+        bound = method.__get__(self, type(self))
+        if inspect.iscoroutinefunction(method):
+            work = bound(**args)
+        else:
+            work = asyncio.to_thread(bound, **args)
+        try:
+            return await asyncio.wait_for(work, limit)
+        except asyncio.TimeoutError:
+            raise ActionTimeout(f"{self.name}.{action_name} did not finish within {limit:g} s") from None
