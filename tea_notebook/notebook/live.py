@@ -2,10 +2,19 @@
 
 Updates are throttled (at most every ``interval`` seconds, plus a final one), so a fast agent is
 not slowed by rendering; the HTML is the same renderer the final output uses.
+
+While the run goes the header has a Stop button. ``%%agent`` keeps the cell (and so the kernel)
+busy, so the button cannot talk to the kernel through widget messages: it asks the Jupyter server
+to interrupt the kernel (``POST {baseUrl}api/kernels/{id}/interrupt``), which is exactly what the
+toolbar's ■ does; the magic turns that interrupt into a cooperative stop (status ``interrupted``).
 """
 
 from __future__ import annotations
 
+import html
+import os
+import re
+import sys
 import threading
 import time
 from typing import Any
@@ -14,6 +23,56 @@ from tea_notebook.models.client import display_name
 from tea_notebook.runtime.events import Event
 from tea_notebook.runtime.render import _CSS, _esc, header_html, step_html
 from tea_notebook.runtime.trajectory import StepView
+
+_KERNEL_FILE = re.compile(r"^kernel-([0-9A-Fa-f]{8}(?:-[0-9A-Fa-f]{4}){3}-[0-9A-Fa-f]{12})\.json$")
+
+# The Stop button's click handler. It runs in the page (JupyterLab / Notebook 7 render trusted output
+# as is), so it needs nothing from the kernel: the server's base URL comes from the page's
+# #jupyter-config-data, the XSRF token from the _xsrf cookie, as JupyterLab's own requests do.
+_STOP_JS = (
+    "(function(b){"
+    "if(b.disabled){return;}"
+    "b.disabled=true;b.textContent='stopping\u2026';"
+    "var base='/';"
+    "try{var c=document.getElementById('jupyter-config-data');"
+    "if(c){base=JSON.parse(c.textContent).baseUrl||'/';}}catch(e){}"
+    "if(base.charAt(base.length-1)!=='/'){base+='/';}"
+    "var m=document.cookie.match(/(?:^|;\\s*)_xsrf=([^;]*)/);"
+    "var h={};if(m){h['X-XSRFToken']=m[1];}"
+    "fetch(base+'api/kernels/'+b.dataset.kernel+'/interrupt',{method:'POST',headers:h,credentials:'same-origin'})"
+    ".then(function(r){if(!r.ok){throw new Error('HTTP '+r.status);}})"
+    ".catch(function(e){b.disabled=false;b.textContent='Stop failed';b.title='could not interrupt: '+e.message+"
+    "' (use the kernel interrupt button)';});"
+    "})(this)"
+)
+
+_STOP_ATTR = html.escape(_STOP_JS, quote=False).replace('"', "&quot;")
+
+
+def kernel_id() -> str | None:
+    """The id of the Jupyter kernel this code runs in, from its connection file name
+    (``kernel-<id>.json``); None outside a kernel or when the name carries no server kernel id."""
+    if "ipykernel" not in sys.modules:  # plain IPython, scripts, tests: never import ipykernel for this
+        return None
+    try:
+        from ipykernel.connect import get_connection_file
+
+        path = get_connection_file()
+    except Exception:  # noqa: BLE001 - not in a running kernel app
+        return None
+    found = _KERNEL_FILE.match(os.path.basename(path or ""))
+    return found.group(1) if found else None
+
+
+def stop_button_html(kernel: str) -> str:
+    """The Stop button for the kernel ``kernel`` (an id as the server names it)."""
+    if not re.fullmatch(r"[0-9A-Za-z-]+", kernel):
+        raise ValueError(f"not a kernel id: {kernel!r}")
+    return (
+        f"<button class='tea-stop' data-kernel='{kernel}' title='stop the run (interrupts the kernel)' "
+        "style='margin-left:auto;padding:0 10px;border:1px solid #cf222e;border-radius:4px;background:#fff;"
+        f'color:#cf222e;cursor:pointer;font:inherit\' onclick="{_STOP_ATTR}">Stop</button>'
+    )
 
 
 class _RunState:
@@ -30,8 +89,12 @@ class _RunState:
 class LiveView:
     """Follows one run tree's events and keeps an IPython display up to date."""
 
-    def __init__(self, interval: float = 0.25, display: bool = True):
+    def __init__(self, interval: float = 0.25, display: bool = True, kernel: str | None = None):
+        """``kernel``: the id of the kernel the Stop button interrupts; by default the one this code
+        runs in (see :func:`kernel_id`). Without one the header shows only the ■ hint."""
         self.interval = interval
+        self.kernel = kernel if kernel is not None else kernel_id()
+        self.stopping = False
         self.runs: dict[str, _RunState] = {}
         self.root: str | None = None
         self.started = time.monotonic()
@@ -115,8 +178,15 @@ class LiveView:
             root = self.runs[self.root]
             steps, tokens, cost = self.totals()
             elapsed = f"<span class='muted'>{time.monotonic() - self.started:.1f} s</span>"
-            hint = "<span class='muted'>interrupt the kernel (■) to stop</span>" if root.status == "running" else ""
-            head = header_html(root.agent, display_name(root.model), root.status, steps, tokens, cost, elapsed + hint)
+            status = root.status
+            extra = elapsed
+            if status == "running" and self.stopping:
+                status = "stopping…"
+            elif status == "running":
+                extra += "<span class='muted'>interrupt the kernel (■) to stop</span>"
+                if self.kernel:
+                    extra += stop_button_html(self.kernel)
+            head = header_html(root.agent, display_name(root.model), status, steps, tokens, cost, extra)
             return f"{_CSS}<div class='tea-t'>{head}{self._run_html(self.root)}</div>"
 
     def summary(self) -> Any:
@@ -130,6 +200,13 @@ class LiveView:
             steps, tokens, cost = self.totals()
         head = header_html(root.agent, display_name(root.model), root.status, steps, tokens, cost)
         return HTML(f"{_CSS}<div class='tea-t'>{head}</div>")
+
+    def mark_stopping(self) -> None:
+        """Show that a stop was asked for (the button goes away until the run has ended)."""
+        with self._lock:
+            self.stopping = True
+            self._dirty = True
+        self.refresh()
 
     def refresh(self) -> None:
         """Push the current view to the display (if anything changed)."""

@@ -1,8 +1,9 @@
 """IPython magics: ``%tea`` (workspace, registries, runs), ``%%tool`` and ``%%agent``.
 
 ``%%agent`` runs the agent on the library's background event loop while the cell's thread waits;
-a kernel interrupt (■) arrives there as KeyboardInterrupt and becomes a cooperative stop, so the
-run ends as ``interrupted`` with its trajectory kept and the kernel usable.
+a kernel interrupt (■, or the live view's Stop button, which asks the Jupyter server for one)
+arrives there as KeyboardInterrupt and becomes a cooperative stop, so the run ends as
+``interrupted`` with its trajectory kept and the kernel usable.
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ from tea_notebook.errors import TeaError
 
 HELP = """%tea subcommands:
   %tea model [NAME]           show or set the workspace's default model
-  %tea tools [QUERY]          list or search tools          %tea agents [QUERY]   agents
-  %tea envs                   environments                  %tea memory [QUERY]   summaries and insights
-  %tea toolkits               toolkits
+  %tea tools [QUERY]          browse or search tools        %tea agents [QUERY]   agents
+  %tea envs [QUERY]           environments                  %tea memory [QUERY]   summaries and insights
+  %tea toolkits [QUERY]       toolkits
   %tea runs                   recent runs                   %tea show RUN         one run's trajectory
   %tea versions NAME          a tool's versions             %tea rollback NAME VERSION
   %tea workspace [PATH]       show or switch the workspace  %tea plot [RUN]       plot a run (or all runs)
@@ -71,9 +72,8 @@ class _Text(str):
         return f"<pre>{html.escape(str(self))}</pre>"
 
 
-def _record_rows(
-    records: list[Any], scores: dict[str, float] | None = None, registry: Any = None
-) -> list[dict[str, Any]]:
+def _record_rows(records: list[Any]) -> list[dict[str, Any]]:
+    """Table rows of just-registered tools (what ``%%tool`` shows)."""
     rows = []
     for r in records:
         row: dict[str, Any] = {"name": r.name, "v": r.version, "category": r.category, "description": r.description}
@@ -82,13 +82,6 @@ def _record_rows(
             props = parameters.get("properties", {})
             required = set(parameters.get("required", []))
             row["parameters"] = ", ".join(f"{p}{'' if p in required else '?'}" for p in props)
-        if registry is not None:
-            row["versions"] = len(registry.versions(r.name))
-        usage = getattr(r, "usage", None)
-        if usage is not None:
-            row["calls"] = usage.calls
-        if scores is not None:
-            row["score"] = f"{scores[r.name]:.3f}"
         rows.append(row)
     return rows
 
@@ -149,19 +142,15 @@ class TeaMagics(Magics):
                     source, source
                 )
                 return _Text(f"{display_name(model)} (from {label})")
-            if cmd in ("tools", "agents", "envs", "memory", "toolkits"):
-                registry = {
-                    "tools": ws.tools,
-                    "agents": ws.agents,
-                    "envs": ws.envs,
-                    "memory": ws.memory,
-                    "toolkits": ws.toolkits,
-                }[cmd]
-                if rest:
-                    hits = registry.search(" ".join(rest), k=10)
-                    rows = _record_rows([h.record for h in hits], {h.name: h.score for h in hits}, registry)
-                    return _Listing(rows, f"{cmd} matching")
-                return _Listing(_record_rows(registry.list(), registry=registry), cmd)
+            if cmd == "memory":
+                from tea_notebook.notebook.memory_view import MemoryExplorer
+
+                return MemoryExplorer(ws.memory, " ".join(rest) or None)
+            if cmd in ("tools", "agents", "envs", "toolkits"):
+                from tea_notebook.notebook.registry_view import RegistryBrowser
+
+                registry = {"tools": ws.tools, "agents": ws.agents, "envs": ws.envs, "toolkits": ws.toolkits}[cmd]
+                return RegistryBrowser(registry, " ".join(rest) or None, title=cmd)
             if cmd == "runs":
                 rows = [
                     {"run": r["id"], "agent": r["agent"], "status": r["status"], "task": r["task"][:80]}
@@ -243,6 +232,13 @@ class TeaMagics(Magics):
     @argument("--max-steps", type=int, help="step limit")
     @argument("--tools", help="comma-separated tool names to offer")
     @argument("--env", action="append", default=[], help="bind an environment (repeatable)")
+    @argument(
+        "--grant",
+        action="append",
+        default=[],
+        metavar="PERM",
+        help="grant a permission for this run only, e.g. kernel.write (repeatable)",
+    )
     @argument("--out", help="also store the RunResult in this variable")
     @argument("--quiet", action="store_true", help="no live view")
     @argument("--interpolate", action="store_true", help="replace {name} in the task with variables")
@@ -272,7 +268,7 @@ class TeaMagics(Magics):
             agent = Agent.from_record(ws, args.agent, **options)
         except (TeaError, ValueError) as exc:
             raise UsageError(str(exc)) from None
-        result = self._run(agent, task, args.model or self.default_model, quiet=args.quiet)
+        result = self._run(agent, task, args.model or self.default_model, quiet=args.quiet, grants=args.grant)
         if args.out:
             self.shell.user_ns[args.out] = result
         if result.status == "error":
@@ -291,7 +287,7 @@ class TeaMagics(Magics):
         except (ValueError, KeyError, IndexError, AttributeError) as exc:
             raise UsageError(f"--interpolate: {exc} (write {{{{ and }}}} for literal braces)") from None
 
-    def _run(self, agent: Any, task: str, model: str | None, quiet: bool) -> Any:
+    def _run(self, agent: Any, task: str, model: str | None, quiet: bool, grants: list[str] | None = None) -> Any:
         from tea_notebook._sync import submit
         from tea_notebook.notebook.live import LiveView
 
@@ -299,12 +295,14 @@ class TeaMagics(Magics):
         ctx = ws.context()
         view = None if quiet or not self.live else LiveView(self.update_interval)
         unsubscribe = ws.events.subscribe(view, run_id=ctx.id) if view else None
-        future = submit(agent.run(task, model=model, context=ctx))
+        future = submit(agent.run(task, model=model, context=ctx, grants=list(grants or ())))
         try:
             try:
                 result = future.result()
-            except KeyboardInterrupt:
+            except KeyboardInterrupt:  # the kernel's ■ or the live view's Stop button
                 ctx.cancel.set()  # cooperative stop: the run ends as 'interrupted' and is stored
+                if view is not None:
+                    view.mark_stopping()
                 result = future.result(timeout=30)
         finally:
             if unsubscribe:

@@ -1,0 +1,567 @@
+"""The Python / shell sandbox: code runs in a child process with limits, never in the user's kernel.
+
+One child per session keeps variables across calls. Limits: wall-clock time (an interval timer in
+the child, then a hard kill from here), CPU time, address space, processes, file size; its own
+working directory inside the run folder; an environment with no API keys or secrets; and, when
+tea_notebook runs as root, an unprivileged user, so the parent's ``/proc/<pid>/environ`` and
+root's files stay unreadable. Every limit hit comes back as an observation naming the limit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tea_notebook.envs.base import Environment, EnvironmentFailure, action
+
+if TYPE_CHECKING:
+    from tea_notebook.protocol.context import Context
+
+CHILD = Path(__file__).with_name("_sandbox_child.py")
+# what sandboxed code inherits from the parent's environment; nothing else (no keys, no tokens)
+PASSED_VARIABLES = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM")
+UNPRIVILEGED = 65534  # nobody
+LIMIT_TEXT = {
+    "timeout": "killed at the wall-clock limit of {timeout:g} s",
+    "cpu": "stopped at the CPU-time limit of {cpu:g} s",
+    "memory": "stopped at the memory limit of {memory_mb} MB",
+    "processes": "stopped at the process limit of {processes} processes",
+    "file_size": "stopped at the file-size limit of {file_mb} MB",
+    "interrupted": "interrupted",
+}
+
+
+@dataclass
+class ExecResult:
+    """What one sandbox call produced."""
+
+    stdout: str = ""
+    stderr: str = ""
+    value: str | None = None
+    error: dict[str, Any] | None = None
+    limit: str | None = None
+    exit_code: int | None = None
+    duration: float = 0.0
+    restarted: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """True when the code ran to the end (for a shell command: exit code 0)."""
+        return self.error is None and self.limit is None and self.exit_code in (None, 0)
+
+    def text(self) -> str:
+        """The observation an agent reads."""
+        parts = []
+        if self.stdout:
+            parts.append(f"stdout:\n{self.stdout.rstrip()}")
+        if self.stderr:
+            parts.append(f"stderr:\n{self.stderr.rstrip()}")
+        if self.value is not None:
+            parts.append(f"value: {self.value}")
+        if self.exit_code is not None:
+            parts.append(f"exit code: {self.exit_code}")
+        if self.error:
+            parts.append((self.error.get("traceback") or f"{self.error['type']}: {self.error['message']}").rstrip())
+        parts.extend(self.notes)
+        return "\n".join(parts) or "(no output)"
+
+
+class PythonSandbox(Environment):
+    """A Python interpreter and shell in a separate, limited process; state persists across calls."""
+
+    name = "python"
+    description = (
+        "Run Python code or shell commands in an isolated sandbox process with time, CPU, memory and process "
+        "limits. Variables persist across calls within the run."
+    )
+    rules = (
+        "Use run_python for Python (the value of the last expression is shown, like a REPL) and run_shell for "
+        "shell commands. The working directory is the sandbox folder of this run; files you write there stay "
+        "for the run. There are no API keys or secrets in this environment. A call that hits a limit is stopped "
+        "and says which limit; after a hard kill the variables are gone."
+    )
+    category = "code"
+    constraints = ["no network or secrets are guaranteed", "time, CPU, memory and process limits"]
+
+    def __init__(
+        self,
+        folder: Path,
+        context: "Context | None" = None,
+        *,
+        timeout: float = 30.0,
+        cpu_seconds: float | None = None,
+        memory_mb: int = 2048,
+        processes: int = 64,
+        file_mb: int = 256,
+        max_output: int = 20_000,
+        env: dict[str, str] | None = None,
+        python: str | None = None,
+        drop_privileges: bool = True,
+    ):
+        super().__init__(folder, context)
+        if timeout <= 0 or memory_mb <= 0 or processes <= 0:
+            raise ValueError("timeout, memory_mb and processes must be positive")
+        self.timeout = float(timeout)
+        self.cpu_seconds = float(cpu_seconds or timeout)
+        self.memory_mb = int(memory_mb)
+        self.processes = int(processes)
+        self.file_mb = int(file_mb)
+        self.max_output = int(max_output)
+        self.extra_env = dict(env or {})
+        self.python = python or sys.executable
+        self.drop_privileges = drop_privileges
+        self.workdir = self.folder / "sandbox"
+        self._proc: subprocess.Popen | None = None
+        self._info: dict[str, Any] = {}
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+        self._buffer = b""
+        self._main: int | None = None
+        self._pids_group: Path | None = None
+        self.calls = 0
+        self.restarts = 0
+        self.last: ExecResult | None = None
+
+    # the sandbox enforces its own time limits; the environment-level limit is only a backstop
+    @property
+    def action_timeout(self) -> float:  # type: ignore[override]
+        return self.timeout + 30
+
+    # -- lifecycle -------------------------------------------------------------------------
+    async def start(self) -> None:
+        await asyncio.to_thread(self._spawn)
+
+    async def stop(self) -> None:
+        self.kill()
+
+    async def reset(self) -> None:
+        self.kill()
+        await self.start()
+
+    def kill(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+        group, self._pids_group = self._pids_group, None
+        if group is not None:
+            _remove_cgroup(group)
+        for stream in (proc.stdin, proc.stdout):
+            try:
+                if stream:
+                    stream.close()
+            except OSError:
+                pass
+
+    def _identity(self) -> tuple[int | None, int | None]:
+        """Run as ``nobody`` when we are root and the interpreter is readable by other users."""
+        if self.drop_privileges and os.geteuid() == 0 and _readable_by_others(self.python):
+            return UNPRIVILEGED, UNPRIVILEGED
+        return None, None
+
+    def _nproc_limit(self, uid: int | None) -> int:
+        """RLIMIT_NPROC counts every process of the user, so allow what it already runs plus ours."""
+        owner = os.geteuid() if uid is None else uid
+        count = 0
+        for entry in os.scandir("/proc"):
+            if entry.name.isdigit():
+                try:
+                    if entry.stat().st_uid == owner:
+                        count += 1
+                except OSError:
+                    continue
+        return count + self.processes
+
+    def _environment(self) -> dict[str, str]:
+        env = {k: os.environ[k] for k in PASSED_VARIABLES if k in os.environ}
+        env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
+        env.update(
+            HOME=str(self.workdir),
+            TMPDIR=str(self.workdir / ".tmp"),
+            PYTHONUNBUFFERED="1",
+            PYTHONDONTWRITEBYTECODE="1",
+            MPLBACKEND="Agg",
+            OPENBLAS_NUM_THREADS="1",
+            OMP_NUM_THREADS="1",
+            MKL_NUM_THREADS="1",
+        )
+        env.update(self.extra_env)
+        return env
+
+    def _spawn(self) -> None:
+        uid, gid = self._identity()
+        (self.workdir / ".tmp").mkdir(parents=True, exist_ok=True)
+        if uid is not None:
+            for path in (self.workdir, self.workdir / ".tmp"):
+                os.chown(path, uid, gid)
+        config = {
+            "workdir": str(self.workdir),
+            "iodir": str(self.workdir / ".tmp"),
+            "timeout": self.timeout,
+            "cpu_seconds": self.cpu_seconds,
+            "cpu_budget": int(max(3600, self.cpu_seconds * 20)),
+            "memory_mb": self.memory_mb,
+            "nproc": self._nproc_limit(uid),
+            "file_mb": self.file_mb,
+            "max_output": self.max_output,
+            "uid": uid,
+            "gid": gid,
+        }
+        root_inside = (uid is None and os.geteuid() == 0)
+        config["nproc"] = None if root_inside else config["nproc"]  # RLIMIT_NPROC does not bind root
+        started = time.perf_counter()
+        prefix = _namespace_prefix()
+        try:
+            self._proc = subprocess.Popen(
+                [*prefix, self.python, "-I", "-X", "utf8", str(CHILD), json.dumps(config)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                cwd=str(self.workdir),
+                env=self._environment(),
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise EnvironmentFailure(f"cannot start the sandbox interpreter {self.python}: {exc.strerror}") from None
+        self._buffer = b""
+        hello = self._read_line(time.monotonic() + 15)
+        if hello is None or not hello.get("ready"):
+            self.kill()
+            raise EnvironmentFailure("the sandbox process did not start (it exited before saying it was ready)")
+        self._info = {**hello, "startup": time.perf_counter() - started, "isolated": bool(prefix)}
+        self._main = _child_of(self._proc.pid) if prefix else self._proc.pid
+        self._pids_group = _pids_cgroup(self.processes, [self._proc.pid, self._main]) if root_inside else None
+        if root_inside and self._pids_group is None:
+            self._info["warning"] = "no process limit: running as root without a writable pids cgroup"
+
+    # -- talking to the child ---------------------------------------------------------------
+    def _read_line(self, deadline: float) -> dict[str, Any] | None:
+        """The next JSON line from the child, or None at the deadline or when it died."""
+        proc = self._proc
+        if proc is None or proc.stdout is None:
+            return None
+        fd = proc.stdout.fileno()
+        while b"\n" not in self._buffer:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            ready, _, _ = select.select([fd], [], [], min(remaining, 0.5))
+            if not ready:
+                continue
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                return None
+            self._buffer += chunk
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        return json.loads(line)
+
+    def _send(self, payload: dict[str, Any]) -> None:
+        proc = self._proc
+        if proc is None or proc.stdin is None:
+            raise BrokenPipeError
+        proc.stdin.write((json.dumps(payload) + "\n").encode())
+        proc.stdin.flush()
+
+    def interrupt(self) -> None:
+        """Stop the code running now (it sees KeyboardInterrupt); the session survives."""
+        try:
+            self._send({"op": "interrupt"})
+        except (BrokenPipeError, OSError):
+            pass
+
+    def request(self, op: str, timeout: float | None = None, **fields: Any) -> ExecResult:
+        """Run one request; restarts a dead or killed child first (saying so)."""
+        limit = float(timeout or self.timeout)
+        with self._lock:
+            self.calls += 1
+            restarted = False
+            if self._proc is None or self._proc.poll() is not None:
+                restarted = self._proc is not None or self.calls > 1
+                self.kill()
+                self._spawn()
+                self.restarts += restarted
+            rid = next(self._ids)
+            try:
+                self._send({"id": rid, "op": op, "timeout": limit, **fields})
+            except (BrokenPipeError, OSError):
+                self.kill()
+                raise EnvironmentFailure("the sandbox process is gone; the next call starts a new one") from None
+            answer = self._read_line(time.monotonic() + limit + 2.0)
+            if answer is None:
+                died = self._proc is not None and self._proc.poll() is not None
+                signal_no = -self._proc.returncode if died and self._proc.returncode < 0 else None
+                self.kill()
+                if died:
+                    cause = self._death_cause(signal_no)
+                    result = ExecResult(error={"type": "SandboxDied", "message": cause}, limit=self._death_limit(signal_no))
+                    result.notes.append(f"The sandbox process died ({cause}); variables were lost.")
+                else:
+                    result = ExecResult(error={"type": "LimitHit", "message": "no answer"}, limit="timeout")
+                    result.notes.append(
+                        f"Killed at the wall-clock limit of {limit:g} s; the session was restarted and variables were lost."
+                    )
+                result.restarted = restarted
+                self.last = result
+                return result
+            result = ExecResult(
+                stdout=answer.get("stdout", ""),
+                stderr=answer.get("stderr", ""),
+                value=answer.get("value") if op == "exec" else None,
+                error=answer.get("error"),
+                limit=answer.get("limit"),
+                exit_code=answer.get("exit_code"),
+                duration=answer.get("duration", 0.0),
+                restarted=restarted,
+            )
+            for stream in ("stdout", "stderr"):
+                size = answer.get(f"{stream}_size", 0)
+                if size > self.max_output:
+                    result.notes.append(f"({stream} truncated: {size:,} bytes in all, first {self.max_output:,} shown)")
+            if result.limit and result.limit != "interrupted":
+                result.notes.append(self._limit_note(result.limit, limit))
+                self._reap_strays()
+            if restarted:
+                result.notes.append("(the sandbox had stopped and was restarted: earlier variables are gone)")
+            self.last = result
+            return result
+
+    def _limit_note(self, kind: str, timeout: float) -> str:
+        text = LIMIT_TEXT.get(kind, kind).format(
+            timeout=timeout, cpu=self.cpu_seconds, memory_mb=self.memory_mb, processes=self.processes,
+            file_mb=self.file_mb,
+        )
+        return f"Sandbox limit: {text}. The session continues with its variables."
+
+    @staticmethod
+    def _death_limit(signal_no: int | None) -> str | None:
+        return {signal.SIGXCPU: "cpu", signal.SIGXFSZ: "file_size"}.get(signal_no)
+
+    @staticmethod
+    def _death_cause(signal_no: int | None) -> str:
+        if signal_no == signal.SIGXCPU:
+            return "killed by SIGXCPU at the CPU-time budget of the session"
+        if signal_no:
+            return f"killed by signal {signal.Signals(signal_no).name}"
+        return "it exited"
+
+    def _reap_strays(self) -> None:
+        """After a limit hit, kill what user code left in the sandbox's process group (forked copies of
+        a fork bomb, a shell's children) but keep the interpreter with its variables. Strays are
+        stopped before they are killed so a fork bomb cannot refill the slots."""
+        if self._proc is None:
+            return
+        main = self._main or self._proc.pid
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            strays = _group_members(self._proc.pid, exclude={main, self._proc.pid})
+            if not strays:
+                return
+            for sig in (signal.SIGSTOP, signal.SIGKILL):
+                for pid in strays:
+                    try:
+                        os.kill(pid, sig)
+                    except (ProcessLookupError, PermissionError):
+                        pass
+            time.sleep(0.01)
+
+    async def _call(self, op: str, timeout: float | None, **fields: Any) -> ExecResult:
+        work = asyncio.ensure_future(asyncio.to_thread(self.request, op, timeout, **fields))
+        try:
+            return await asyncio.shield(work)
+        except asyncio.CancelledError:
+            self.interrupt()  # the run was stopped: stop the code too, then let the thread finish
+            raise
+
+    # -- actions -------------------------------------------------------------------------------
+    @action
+    async def run_python(self, code: str, timeout: float | None = None) -> str:
+        """Run Python code in the sandbox; variables persist across calls in this run.
+
+        Args:
+            code: Python source. The value of a final expression is shown, like a REPL.
+            timeout: Seconds before the code is stopped (at most the sandbox's limit).
+        """
+        result = await self._call("exec", self._cap(timeout), code=code)
+        return self._observe(result)
+
+    @action
+    async def run_shell(self, command: str, timeout: float | None = None) -> str:
+        """Run a shell command (``/bin/sh -c``) in the sandbox's working directory with the same limits.
+
+        Args:
+            command: The command line.
+            timeout: Seconds before the command is stopped (at most the sandbox's limit).
+        """
+        result = await self._call("shell", self._cap(timeout), command=command)
+        return self._observe(result)
+
+    @action
+    async def reset_session(self) -> str:
+        """Forget all variables and start a fresh interpreter (files in the working directory stay)."""
+        await asyncio.to_thread(self._restart)
+        return "The sandbox was reset: a fresh interpreter, no variables."
+
+    def _restart(self) -> None:
+        with self._lock:
+            self.kill()
+            self._spawn()
+
+    def _cap(self, timeout: float | None) -> float:
+        return self.timeout if not timeout or timeout <= 0 else min(float(timeout), self.timeout)
+
+    @staticmethod
+    def _observe(result: ExecResult) -> str:
+        if result.error is not None or result.limit is not None:
+            raise EnvironmentFailure(result.text())
+        return result.text()
+
+    # -- for the prompt and for people ------------------------------------------------------
+    def state(self) -> str:
+        alive = self._proc is not None and self._proc.poll() is None
+        status = "running" if alive else "stopped (restarts on the next call)"
+        if self._info.get("isolated"):
+            user = "its own process namespace" + (" as user nobody" if self._info.get("uid") == UNPRIVILEGED else "")
+        else:
+            user = "user nobody" if self._info.get("uid") == UNPRIVILEGED else "this user"
+        if self._info.get("warning"):
+            user += f" ({self._info['warning']})"
+        last = ""
+        if self.last is not None:
+            last = f"; last call {'ok' if self.last.ok else 'failed'} in {self.last.duration * 1000:.0f} ms"
+        return (
+            f"Python {self._info.get('python', '?')} sandbox, {status} in {user}; working directory {self.workdir}; "
+            f"limits: {self.timeout:g} s wall, {self.cpu_seconds:g} s CPU, {self.memory_mb} MB, "
+            f"{self.processes} processes; {self.calls} calls{last}"
+        )
+
+    @property
+    def pid(self) -> int | None:
+        """The interpreter's process id (None when stopped)."""
+        return self._proc.pid if self._proc is not None else None
+
+    def exec_sync(self, code: str, timeout: float | None = None) -> ExecResult:
+        """Run Python code and return the full :class:`ExecResult` (for tool validation and tests)."""
+        if self._proc is None:
+            self._spawn()
+        return self.request("exec", self._cap(timeout), code=code)
+
+
+def _group_members(pgid: int, exclude: set[int]) -> list[int]:
+    """Live (not zombie) processes of a process group, read from /proc."""
+    members = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or int(entry.name) in exclude:
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as fh:
+                fields = fh.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != b"Z":
+            members.append(int(entry.name))
+    return members
+
+
+def _child_of(pid: int) -> int:
+    """The first child of ``pid`` (the interpreter that ``unshare --fork`` started)."""
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        children = []
+    return int(children[0]) if children else pid
+
+
+def _readable_by_others(python: str) -> bool:
+    """True when a user with no privileges could run ``python`` and read its standard library."""
+    real = Path(os.path.realpath(python))
+    base = Path(sys.base_prefix).resolve()
+    for path in (real, base / "lib"):
+        for part in [path, *path.parents]:
+            try:
+                mode = part.stat().st_mode
+            except OSError:
+                return False
+            if part.is_dir() and not mode & 0o001:
+                return False
+    return True
+
+
+_PREFIX: list[str] | None = None
+
+
+def _namespace_prefix() -> list[str]:
+    """``unshare`` arguments that give the sandbox its own process (and /proc) namespace, so it
+    cannot see other processes, the parent's environment among them; [] when unavailable."""
+    global _PREFIX
+    if _PREFIX is None:
+        tool = shutil.which("unshare")
+        _PREFIX = []
+        if tool is not None:
+            user = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
+            candidate = [tool, *user, "--pid", "--fork", "--mount-proc", "--kill-child"]
+            try:
+                ok = subprocess.run([*candidate, "true"], capture_output=True, timeout=10).returncode == 0
+            except (OSError, subprocess.TimeoutExpired):
+                ok = False
+            _PREFIX = candidate if ok else []
+    return _PREFIX
+
+
+_CGROUP_IDS = itertools.count(1)
+
+
+def _pids_cgroup(limit: int, pids: list[int]) -> Path | None:
+    """A pids cgroup holding ``pids`` with ``pids.max = limit`` (v2 or v1 hierarchy), or None."""
+    for root in (Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/unified"), Path("/sys/fs/cgroup/pids")):
+        if not (root / "cgroup.procs").exists():
+            continue
+        if root.name != "pids" and "pids" not in _read(root / "cgroup.controllers"):
+            continue
+        group = root / f"tea-sandbox-{os.getpid()}-{next(_CGROUP_IDS)}"
+        try:
+            group.mkdir(exist_ok=True)
+            (group / "pids.max").write_text(str(limit))
+            for pid in dict.fromkeys(pids):
+                (group / "cgroup.procs").write_text(str(pid))
+            return group
+        except OSError:
+            _remove_cgroup(group)
+    return None
+
+
+def _remove_cgroup(group: Path) -> None:
+    for _ in range(50):
+        try:
+            group.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            time.sleep(0.02)
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
