@@ -21,3 +21,28 @@ if [ ! -f "$STAMP" ] || [ "$ROOT/pyproject.toml" -nt "$STAMP" ]; then
     "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e "$ROOT${EXTRAS:+[$EXTRAS]}"
     touch "$STAMP"
 fi
+
+# A Chromium for the browser environment: Playwright's own if present, else the system one; on a
+# fresh Debian/Ubuntu machine (CI) install Debian's chromium when we may (root or passwordless sudo).
+ensure_browser() {
+    if "$VENV/bin/python" -c 'import sys
+from tea_notebook.envs.browser import find_chromium
+sys.exit(0 if find_chromium() else 1)' 2>/dev/null; then
+        return 0
+    fi
+    local SUDO=""
+    if [ "$(id -u)" -ne 0 ]; then
+        if sudo -n true 2>/dev/null; then SUDO="sudo -n"; else
+            echo "==> no Chromium found and no root to install it: browser tests and the browser environment will not work" >&2
+            echo "    install it with 'apt-get install chromium' (or 'playwright install chromium')" >&2
+            return 0
+        fi
+    fi
+    if command -v apt-get >/dev/null; then
+        echo "==> installing Debian's chromium for the browser environment"
+        $SUDO apt-get update -qq >/dev/null
+        DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends chromium >/dev/null
+    else
+        echo "==> no Chromium found and no apt-get: install Chromium for the browser environment" >&2
+    fi
+}

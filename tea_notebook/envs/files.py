@@ -146,14 +146,18 @@ class FileSystem(Environment):
         return real == self.root or real.is_relative_to(self.root)
 
     def _walk(self, top: Path) -> Iterator[Path]:
-        """Files and folders under ``top`` in sorted order, without following folder links."""
-        for current, dirs, files in os.walk(top):
-            dirs.sort()
-            base = Path(current)
-            for name in dirs:
-                yield base / name
-            for name in sorted(files):
-                yield base / name
+        """Everything under ``top`` depth first, folders before files, sorted by name; linked
+        folders are listed but never entered."""
+        try:
+            with os.scandir(top) as it:
+                entries = sorted(it, key=lambda e: (not e.is_dir(follow_symlinks=False), e.name))
+        except OSError:
+            return
+        for entry in entries:
+            path = Path(entry.path)
+            yield path
+            if entry.is_dir(follow_symlinks=False):
+                yield from self._walk(path)
 
     def _read_text(self, real: Path, path: str) -> str:
         """A whole text file (for replace), within the write limit."""
@@ -371,7 +375,7 @@ class FileSystem(Environment):
         real = self.resolve(path)
         if not real.exists():
             raise EnvironmentFailure(f"{path!r} does not exist in the run folder")
-        files = [real] if real.is_file() else [p for p in self._walk(real) if p.is_file()]
+        files = [real] if real.is_file() else sorted(p for p in self._walk(real) if p.is_file())
         hits: list[str] = []
         more = searched = 0
         skipped: list[str] = []

@@ -89,8 +89,8 @@ class PythonSandbox(Environment):
     )
     rules = (
         "Use run_python for Python (the value of the last expression is shown, like a REPL) and run_shell for "
-        "shell commands. The working directory is the sandbox folder of this run; files you write there stay "
-        "for the run. There are no API keys or secrets in this environment. A call that hits a limit is stopped "
+        "shell commands. The working directory is the sandbox folder inside this run's folder (the run folder, "
+        "where the files environment works, is '..'); files you write stay for the run. There are no API keys or secrets in this environment. A call that hits a limit is stopped "
         "and says which limit; after a hard kill the variables are gone."
     )
     category = "code"

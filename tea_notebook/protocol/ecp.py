@@ -84,6 +84,20 @@ class EnvironmentRegistry(Registry[EnvironmentRecord]):
         """Async :meth:`release`."""
         return await self.manager.arelease(run, environment) if self._manager is not None else []
 
+    def reset(self, name: str, context: Context | None = None) -> str:
+        """Reset the live session of ``name`` that ``context`` uses (the interactive one by default)."""
+        from tea_notebook._sync import run_sync
+
+        runtime = self._runtimes.get(name)
+        if not hasattr(runtime, "session"):
+            raise NotFoundError(f"environment {name!r} has no live session to reset")
+
+        async def work(env: Any) -> str:
+            await env.reset()
+            return f"{name} was reset"
+
+        return run_sync(runtime.manager.run(runtime, context or Context(), work))
+
     def sessions(self) -> list[Any]:
         """The live sessions now (environment, run key, folder, state)."""
         return self.manager.live() if self._manager is not None else []

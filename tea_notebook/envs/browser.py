@@ -1,0 +1,1176 @@
+"""A headless Chromium browser as a live environment, driven by Playwright's async API.
+
+One session is one browser with a fresh profile (a temporary user-data-dir). Playwright's own
+Chromium is used when it is installed, Debian's ``chromium`` otherwise (``playwright install``
+cannot download browsers everywhere). Every action returns a short text observation; the state
+(tabs, the current page, its interactive elements with selectors) and a viewport screenshot are
+refreshed after each action that can change the page, so :meth:`Browser.state` and
+:meth:`Browser.vision` are cheap and synchronous.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import glob
+import os
+import re
+import shutil
+import signal
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, ClassVar, Literal
+from urllib.parse import unquote, urlparse
+
+from tea_notebook.envs.base import Environment, EnvironmentFailure, action
+
+if TYPE_CHECKING:
+    from playwright.async_api import BrowserContext, Download, Locator, Page, Playwright
+
+    from tea_notebook.protocol.context import Context
+
+LAUNCH_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-quic",
+    "--disable-sync",
+]
+SYSTEM_CHROMIUM = ("/usr/bin/chromium", "chromium", "chromium-browser")
+INSTALL_HINT = "install one with `apt-get install chromium` (Debian/Ubuntu) or `playwright install chromium`"
+VIEWPORT = {"width": 1280, "height": 720}
+MAX_ELEMENTS = 40
+MAX_STATE_CHARS = 4000
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+# Playwright selector engines that are passed through untouched (everything else is tried as CSS,
+# then as visible text).
+_ENGINE = re.compile(r"^(?:text|css|xpath|id|role|data-testid|internal:[\w-]+|nth)=|^//|^\.\./|^\(//")
+_NET_ERRORS = {
+    "ERR_CONNECTION_REFUSED": "connection refused (nothing is listening there)",
+    "ERR_NAME_NOT_RESOLVED": "the host name could not be resolved",
+    "ERR_NAME_RESOLUTION_FAILED": "the host name could not be resolved",
+    "ERR_INTERNET_DISCONNECTED": "there is no network connection",
+    "ERR_ADDRESS_UNREACHABLE": "the address is unreachable",
+    "ERR_CONNECTION_TIMED_OUT": "the connection timed out",
+    "ERR_TIMED_OUT": "the connection timed out",
+    "ERR_CONNECTION_RESET": "the connection was reset",
+    "ERR_CONNECTION_CLOSED": "the server closed the connection",
+    "ERR_EMPTY_RESPONSE": "the server sent an empty response",
+    "ERR_TOO_MANY_REDIRECTS": "too many redirects",
+    "ERR_ABORTED": "the navigation was aborted",
+    "ERR_INVALID_URL": "the URL is not valid",
+    "ERR_UNKNOWN_URL_SCHEME": "the URL scheme is not supported",
+    "ERR_BLOCKED_BY_CLIENT": "the request was blocked",
+}
+
+# Counts popups (target=_blank links, window.open) so that a click knows to wait for the new tab.
+_INIT_SCRIPT = """
+(() => {
+  if (window.__teaInit) return;
+  window.__teaInit = true;
+  window.__teaPopups = 0;
+  const open = window.open;
+  window.open = function (...args) { window.__teaPopups += 1; return open.apply(this, args); };
+  document.addEventListener('click', (event) => {
+    const a = event.target && event.target.closest && event.target.closest('a[href]');
+    const target = a ? (a.getAttribute('target') || '').toLowerCase() : '';
+    if (target && !['_self', '_parent', '_top'].includes(target)) window.__teaPopups += 1;
+  }, true);
+})();
+"""
+
+# The state snapshot: where the page is and its visible interactive elements, each with a
+# selector that click/input accept (the element's unique id, or a data-tea attribute set here).
+_SNAPSHOT_JS = """
+(max) => {
+  const visible = (el) => {
+    const r = el.getBoundingClientRect();
+    if (r.width <= 0 || r.height <= 0) return false;
+    const s = getComputedStyle(el);
+    return s.visibility !== 'hidden' && s.display !== 'none';
+  };
+  const one = (s) => (s || '').replace(/\\s+/g, ' ').trim();
+  const query = 'a[href], button, input:not([type=hidden]), select, textarea, summary, '
+    + '[role=button], [role=link], [role=tab], [role=menuitem], [onclick], [contenteditable=""], [contenteditable=true]';
+  const nodes = document.querySelectorAll(query);
+  const inView = [], below = [];
+  let total = 0;
+  for (let i = 0; i < nodes.length && i < 4000; i++) {
+    const el = nodes[i];
+    if (!visible(el)) continue;
+    total += 1;
+    const r = el.getBoundingClientRect();
+    if (r.bottom >= 0 && r.top <= innerHeight) { if (inView.length < max) inView.push(el); }
+    else if (below.length < max) below.push(el);
+  }
+  if (window.__teaSeq === undefined) window.__teaSeq = 0;
+  const elements = inView.concat(below).slice(0, max).map((el) => {
+    let selector;
+    if (el.id && document.querySelectorAll('#' + CSS.escape(el.id)).length === 1) {
+      selector = '#' + CSS.escape(el.id);
+    } else {
+      let key = el.getAttribute('data-tea');
+      if (!key) { window.__teaSeq += 1; key = String(window.__teaSeq); el.setAttribute('data-tea', key); }
+      selector = '[data-tea="' + key + '"]';
+    }
+    const tag = el.tagName.toLowerCase();
+    let kind = el.getAttribute('role') || (tag === 'a' ? 'link' : tag);
+    if (tag === 'input') kind = 'input[' + (el.getAttribute('type') || 'text').toLowerCase() + ']';
+    const text = one(el.innerText || (['submit', 'button', 'reset'].includes(el.type) ? el.value : '')
+      || el.getAttribute('aria-label') || el.title || el.getAttribute('alt') || '').slice(0, 60);
+    const out = { selector, kind, text };
+    if (tag === 'a') out.href = el.getAttribute('href').slice(0, 80);
+    if (tag === 'input' || tag === 'textarea' || tag === 'select') {
+      if (el.name) out.name = el.name;
+      if (el.placeholder) out.placeholder = el.placeholder.slice(0, 40);
+      if (el.value && !['submit', 'button', 'reset'].includes(el.type)) out.value = String(el.value).slice(0, 40);
+    }
+    return out;
+  });
+  const doc = document.documentElement;
+  return {
+    url: location.href, title: document.title, contentType: document.contentType,
+    scrollY: Math.round(window.scrollY), height: Math.max(doc ? doc.scrollHeight : 0, document.body ? document.body.scrollHeight : 0),
+    viewport: innerHeight, total, elements,
+  };
+}
+"""
+
+# HTML → markdown, in the page: headings, paragraphs, links as [text](href), lists, tables, code.
+_MARKDOWN_JS = """
+([selector, limit]) => {
+  const root = selector ? document.querySelector(selector) : (document.body || document.documentElement);
+  if (!root) return null;
+  const SKIP = new Set(['SCRIPT', 'STYLE', 'NOSCRIPT', 'TEMPLATE', 'SVG', 'CANVAS', 'IFRAME', 'OBJECT', 'EMBED',
+    'HEAD', 'META', 'LINK', 'MATH']);
+  const BLOCK = new Set(['P', 'DIV', 'SECTION', 'ARTICLE', 'MAIN', 'HEADER', 'FOOTER', 'NAV', 'ASIDE', 'FORM',
+    'FIELDSET', 'FIGURE', 'FIGCAPTION', 'DETAILS', 'SUMMARY', 'ADDRESS', 'DL', 'DT', 'DD', 'CENTER', 'LEGEND',
+    'BODY', 'HTML', 'TR', 'LI', 'DIALOG']);
+  const abs = (u) => { try { return new URL(u, document.baseURI).href; } catch (e) { return u; } };
+  const one = (s) => (s || '').replace(/\\s+/g, ' ').trim();
+  const hidden = (el) => {
+    if (el.hidden || el.getAttribute('aria-hidden') === 'true') return true;
+    const s = getComputedStyle(el);
+    return s.display === 'none' || s.visibility === 'hidden';
+  };
+  let size = 0;
+  const kids = (el) => {
+    let out = '';
+    for (const c of el.childNodes) { if (size > limit) break; out += walk(c); }
+    return out;
+  };
+  const wrap = (mark, el) => { const t = one(kids(el)); return t ? mark + t + mark : ''; };
+  function list(el, ordered) {
+    let n = parseInt(el.getAttribute('start') || '1', 10) || 1;
+    let out = '\\n';
+    for (const li of el.children) {
+      if (li.tagName !== 'LI' || hidden(li)) continue;
+      const bullet = ordered ? (n++) + '. ' : '- ';
+      const body = kids(li).replace(/\\n\\s*\\n/g, '\\n').trim();
+      out += '\\n' + bullet + body.replace(/\\n/g, '\\n' + ' '.repeat(bullet.length));
+    }
+    return out + '\\n\\n';
+  }
+  function table(el) {
+    const rows = [];
+    for (const tr of el.querySelectorAll('tr')) {
+      if (tr.closest('table') !== el || hidden(tr)) continue;
+      const cells = [...tr.children].filter((c) => c.tagName === 'TD' || c.tagName === 'TH')
+        .map((c) => one(kids(c)).replace(/\\|/g, '\\\\|'));
+      if (cells.length) rows.push(cells);
+      if (rows.length >= 300 || size > limit) break;
+    }
+    if (!rows.length) return '';
+    const width = Math.max(...rows.map((r) => r.length));
+    const line = (r) => '| ' + r.concat(Array(width - r.length).fill('')).join(' | ') + ' |';
+    return '\\n\\n' + [line(rows[0]), '|' + ' --- |'.repeat(width), ...rows.slice(1).map(line)].join('\\n') + '\\n\\n';
+  }
+  function field(el) {
+    const tag = el.tagName;
+    const type = (el.getAttribute('type') || 'text').toLowerCase();
+    if (tag === 'INPUT' && type === 'hidden') return '';
+    if (tag === 'INPUT' && ['submit', 'button', 'reset', 'image'].includes(type)) return '[' + one(el.value || type) + ']';
+    if (tag === 'INPUT' && (type === 'checkbox' || type === 'radio')) return el.checked ? '[x] ' : '[ ] ';
+    if (tag === 'SELECT') {
+      const o = el.selectedOptions && el.selectedOptions[0];
+      return '[select' + (el.name ? ' ' + el.name : '') + ': ' + (o ? one(o.text) : '') + ']';
+    }
+    let out = '[' + (tag === 'TEXTAREA' ? 'textarea' : 'input') + (el.name ? ' ' + el.name : '');
+    if (el.placeholder) out += ' "' + one(el.placeholder) + '"';
+    if (el.value) out += ' = "' + one(el.value).slice(0, 80) + '"';
+    return out + ']';
+  }
+  function walk(node) {
+    if (node.nodeType === 3) { const t = node.data.replace(/\\s+/g, ' '); size += t.length; return t; }
+    if (node.nodeType !== 1) return '';
+    const el = node;
+    const tag = el.tagName.toUpperCase();
+    if (SKIP.has(tag) || (tag === 'DIALOG' && !el.open) || hidden(el)) return '';
+    switch (tag) {
+      case 'H1': case 'H2': case 'H3': case 'H4': case 'H5': case 'H6': {
+        const t = one(kids(el));
+        return t ? '\\n\\n' + '#'.repeat(Number(tag[1])) + ' ' + t + '\\n\\n' : '';
+      }
+      case 'BR': return '\\n';
+      case 'HR': return '\\n\\n---\\n\\n';
+      case 'A': {
+        const text = one(kids(el)) || one(el.getAttribute('aria-label') || el.title || '');
+        const href = el.getAttribute('href');
+        if (!href || !text || /^\\s*javascript:/i.test(href)) return text;
+        return '[' + text + '](' + abs(href) + ')';
+      }
+      case 'IMG': {
+        const alt = one(el.getAttribute('alt'));
+        const src = el.getAttribute('src') || '';
+        if (!alt) return '';
+        return src && !src.startsWith('data:') ? '![' + alt + '](' + abs(src) + ')' : '[image: ' + alt + ']';
+      }
+      case 'STRONG': case 'B': return wrap('**', el);
+      case 'EM': case 'I': return wrap('*', el);
+      case 'CODE': case 'KBD': case 'SAMP': { const t = one(el.textContent); return t ? '`' + t + '`' : ''; }
+      case 'PRE': { size += el.innerText.length; return '\\n\\n```\\n' + el.innerText.replace(/\\n+$/, '') + '\\n```\\n\\n'; }
+      case 'UL': case 'MENU': return list(el, false);
+      case 'OL': return list(el, true);
+      case 'TABLE': return table(el);
+      case 'BLOCKQUOTE': {
+        const t = kids(el).replace(/\\n\\s*\\n/g, '\\n').trim();
+        return t ? '\\n\\n' + t.split('\\n').map((l) => '> ' + l.trim()).join('\\n') + '\\n\\n' : '';
+      }
+      case 'INPUT': case 'TEXTAREA': case 'SELECT': return field(el);
+      case 'BUTTON': { const t = one(kids(el)); return t ? '[' + t + ']' : ''; }
+    }
+    const inner = kids(el);
+    return BLOCK.has(tag) ? '\\n\\n' + inner + '\\n\\n' : inner;
+  }
+  const md = walk(root);
+  return md.split('\\n').map((l) => {
+    const t = l.replace(/\\s+$/, '');
+    return /^\\s*(?:- |\\d+\\. )/.test(t) ? t : t.trimStart();
+  }).join('\\n').replace(/\\n{3,}/g, '\\n\\n').trim();
+}
+"""
+
+_SCROLL_JS = """
+([dy, pages]) => {
+  const delta = pages ? dy * window.innerHeight : dy;
+  const doc = document.scrollingElement || document.documentElement;
+  const before = window.scrollY;
+  window.scrollBy({ top: delta, left: 0, behavior: 'instant' });
+  let moved = window.scrollY - before, where = 'page', y = window.scrollY, height = doc.scrollHeight, view = innerHeight;
+  if (moved === 0) {  // the content may scroll inside an element: the largest scrollable one
+    let best = null, area = 0;
+    for (const el of document.querySelectorAll('body *')) {
+      if (el.scrollHeight <= el.clientHeight + 1) continue;
+      const s = getComputedStyle(el).overflowY;
+      if (s !== 'auto' && s !== 'scroll') continue;
+      const a = el.clientWidth * el.clientHeight;
+      if (a > area) { best = el; area = a; }
+    }
+    if (best) {
+      const b = best.scrollTop;
+      best.scrollBy({ top: pages ? dy * best.clientHeight : dy, behavior: 'instant' });
+      moved = best.scrollTop - b; where = 'element'; y = best.scrollTop; height = best.scrollHeight; view = best.clientHeight;
+    }
+  }
+  return { moved: Math.round(moved), y: Math.round(y), height, view, where };
+}
+"""
+
+
+# -- finding a browser -------------------------------------------------------------------------------
+def system_chromium() -> str | None:
+    """The system Chromium (``/usr/bin/chromium``, or ``chromium``/``chromium-browser`` on PATH), or None."""
+    for name in SYSTEM_CHROMIUM:
+        path = name if os.path.isabs(name) else shutil.which(name)
+        if path and os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+    return None
+
+
+def playwright_chromium() -> str | None:
+    """Playwright's own downloaded Chromium when one is installed (found without starting Playwright)."""
+    root = os.environ.get("PLAYWRIGHT_BROWSERS_PATH") or os.path.expanduser("~/.cache/ms-playwright")
+    for pattern in ("chromium*/chrome-linux*/chrome", "chromium*/chrome-mac*/Chromium.app/Contents/MacOS/*",
+                    "chromium*/chrome-win*/chrome.exe"):
+        for path in sorted(glob.glob(os.path.join(root, pattern)), reverse=True):
+            if os.access(path, os.X_OK):
+                return path
+    return None
+
+
+def find_chromium() -> str | None:
+    """A Chromium this environment can drive (Playwright's own first, then the system one), or None."""
+    return playwright_chromium() or system_chromium()
+
+
+# -- helpers ------------------------------------------------------------------------------------------
+def _short(exc: BaseException, limit: int = 300) -> str:
+    """The first line of a Playwright error, without its call log."""
+    text = str(exc).split("Call log:")[0].strip() or type(exc).__name__
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    first = lines[0] if lines else text
+    return first if len(first) <= limit else first[: limit - 1] + "…"
+
+
+def _is_closed_error(exc: BaseException) -> bool:
+    text = str(exc)
+    return any(
+        marker in text
+        for marker in ("has been closed", "Target closed", "Browser closed", "Connection closed", "browser has disconnected")
+    )
+
+
+def _normalize_url(url: str) -> str:
+    url = url.strip()
+    if not url:
+        raise EnvironmentFailure("goto needs a URL")
+    if re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*:", url) and not re.match(r"^(localhost|[\w.-]+):\d+(/|$)", url):
+        return url
+    if url.startswith("//"):
+        return "https:" + url
+    host = url.split("/")[0]
+    local = host.split(":")[0] in ("localhost", "127.0.0.1", "0.0.0.0") or re.match(r"^[\d.]+(:\d+)?$", host)
+    return ("http://" if local else "https://") + url
+
+
+def _png_size(png: bytes) -> tuple[int, int]:
+    if png[:8] != PNG_SIGNATURE or len(png) < 24:
+        return 0, 0
+    return int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
+
+
+def _safe_name(name: str, default: str = "download") -> str:
+    name = re.sub(r"[^\w.\-]+", "_", unquote(name)).strip("._") or default
+    return name[:120]
+
+
+def _pdf_text(path: Path, limit: int = 3000) -> str | None:
+    """The text of a PDF when pypdf is installed (an optional extra), else None."""
+    try:
+        from pypdf import PdfReader  # type: ignore[import-not-found]
+    except ImportError:
+        return None
+    try:
+        reader = PdfReader(str(path))
+        parts, size = [], 0
+        for page in reader.pages:
+            text = page.extract_text() or ""
+            parts.append(text)
+            size += len(text)
+            if size > limit:
+                break
+        text = "\n".join(parts).strip()
+        return f"{len(reader.pages)} page(s); text:\n{text[:limit]}" if text else f"{len(reader.pages)} page(s), no text"
+    except Exception as exc:  # noqa: BLE001 - a broken PDF is reported, not raised
+        return f"its text could not be read ({type(exc).__name__}: {exc})"
+
+
+def _proc_cmdline(pid: str) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return fh.read()
+    except OSError:
+        return b""
+
+
+def _pids_with(marker: str) -> list[int]:
+    """Processes whose command line contains ``marker`` (Linux /proc; empty elsewhere)."""
+    if not marker or not os.path.isdir("/proc"):
+        return []
+    needle = marker.encode()
+    return [int(p) for p in os.listdir("/proc") if p.isdigit() and needle in _proc_cmdline(p)]
+
+
+def _ppid(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return int(fh.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class Browser(Environment):
+    """A headless Chromium browser: open pages, click, type, scroll, read pages as markdown, use tabs.
+
+    ``ws.envs.add(Browser, timeout=10)``; every run gets its own browser with a fresh profile.
+    Options: ``timeout`` (seconds per action), ``headless``, ``executable`` (a Chromium binary).
+    """
+
+    name: ClassVar[str] = "browser"
+    description: ClassVar[str] = (
+        "A headless Chromium web browser: open URLs, click, type into forms, scroll, read pages as markdown, tabs."
+    )
+    category: ClassVar[str] = "web"
+    rules: ClassVar[str] = (
+        "Open a page with goto, then read it with extract (markdown; long pages continue with start=). "
+        "The state lists the tabs and the page's interactive elements with selectors: click and input take "
+        "one of those selectors or an element's visible text. Links that open a new tab make it the current "
+        "tab (switch_tab, close_tab). PDFs are saved into the run's downloads folder. Each action has a time "
+        "limit; an error observation says what went wrong, so try another way instead of repeating it."
+    )
+    constraints: ClassVar[list[str]] = ["headless Chromium", "no file uploads", "one browser per run"]
+    action_timeout: ClassVar[float] = 10.0
+
+    def __init__(
+        self,
+        folder: Path,
+        context: "Context | None" = None,
+        *,
+        timeout: float = 10.0,
+        headless: bool = True,
+        executable: str | None = None,
+    ):
+        super().__init__(folder, context)
+        if timeout <= 0:
+            raise ValueError("timeout must be positive")
+        self.action_timeout = float(timeout)  # type: ignore[misc] - per-session override of the class default
+        self.headless = headless
+        self.executable = executable
+        self._playwright: Playwright | None = None
+        self._context: BrowserContext | None = None
+        self._profile: str | None = None
+        self._browser_pid: int | None = None
+        self._driver_pid: int | None = None
+        self._executable_used: str | None = None
+        self._dead = False
+        self._closing = False
+        self._tabs: dict[int, Page] = {}
+        self._current: int | None = None
+        self._next_tab = 0
+        self._pages_opened = 0
+        self._page_event: asyncio.Event | None = None
+        self._notes: list[str] = []
+        self._downloads: set[asyncio.Task] = set()
+        self._saved: set[str] = set()
+        self._pdf_tabs: dict[int, Path] = {}
+        self._deadline = 0.0
+        self._lock: asyncio.Lock | None = None
+        self._state_text = "browser: no page open yet"
+        self._png: bytes | None = None
+        self._shots = 0
+
+    # -- timing -------------------------------------------------------------------------------
+    @property
+    def op_timeout(self) -> float:
+        """Playwright's own default timeout (seconds), kept below the action's time limit."""
+        return max(0.5, min(self.action_timeout * 0.6, self.action_timeout - 1.0))
+
+    def _left(self, cap: float | None = None) -> float:
+        """Seconds left before this action's deadline (at least a little), optionally capped."""
+        left = max(0.05, self._deadline - time.monotonic())
+        return min(left, cap) if cap is not None else left
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Launch Chromium with a fresh profile and open one blank tab."""
+        if self._context is not None:
+            return
+        from playwright.async_api import async_playwright
+
+        self._lock = self._lock or asyncio.Lock()
+        self._page_event = asyncio.Event()
+        self._playwright = await async_playwright().start()
+        try:
+            candidates = self._executables(self._playwright)
+            errors = []
+            for exe in candidates:
+                self._profile = tempfile.mkdtemp(prefix="tea-browser-")
+                try:
+                    self._context = await self._playwright.chromium.launch_persistent_context(
+                        self._profile,
+                        executable_path=exe,
+                        headless=self.headless,
+                        args=LAUNCH_ARGS,
+                        viewport=VIEWPORT,
+                        accept_downloads=True,
+                        timeout=30_000,
+                    )
+                    self._executable_used = exe or self._playwright.chromium.executable_path
+                    break
+                except Exception as exc:  # noqa: BLE001 - try the next browser, report all at the end
+                    errors.append(f"{exe or 'Playwright Chromium'}: {_short(exc)}")
+                    shutil.rmtree(self._profile, ignore_errors=True)
+                    self._profile = None
+            if self._context is None:
+                raise EnvironmentFailure("could not launch Chromium (" + "; ".join(errors) + f"); {INSTALL_HINT}")
+        except BaseException:
+            await self._stop_playwright()
+            raise
+        ctx = self._context
+        ctx.set_default_timeout(self.op_timeout * 1000)
+        ctx.set_default_navigation_timeout(self.op_timeout * 1000)
+        await ctx.add_init_script(_INIT_SCRIPT)
+        self._dead = self._closing = False
+        ctx.on("close", self._on_context_close)
+        ctx.on("page", self._register)
+        for page in ctx.pages:
+            self._register(page)
+        if not self._tabs:
+            await ctx.new_page()
+        self._find_pids()
+        self._state_text = self._format_state(None)
+
+    def _executables(self, playwright: "Playwright") -> list[str | None]:
+        """What to launch, in order: the configured binary, Playwright's own (None), the system one."""
+        if self.executable:
+            exe = self.executable if os.path.isfile(self.executable) else shutil.which(self.executable)
+            if not exe:
+                raise EnvironmentFailure(f"browser executable {self.executable!r} not found; {INSTALL_HINT}")
+            return [exe]
+        out: list[str | None] = []
+        try:
+            if os.path.exists(playwright.chromium.executable_path):
+                out.append(None)
+        except Exception:  # noqa: BLE001 - no bundled browser registered
+            pass
+        system = system_chromium()
+        if system:
+            out.append(system)
+        if not out:
+            raise EnvironmentFailure(f"no Chromium found for the browser environment; {INSTALL_HINT}")
+        return out
+
+    def _find_pids(self) -> None:
+        main = [p for p in _pids_with(f"--user-data-dir={self._profile}") if b"--type=" not in _proc_cmdline(str(p))]
+        self._browser_pid = main[0] if main else None
+        self._driver_pid = _ppid(self._browser_pid) if self._browser_pid else None
+
+    @property
+    def browser_pid(self) -> int | None:
+        """The process id of the browser's main process (Linux), or None when unknown or stopped."""
+        return self._browser_pid if self._context is not None else None
+
+    async def stop(self) -> None:
+        """Close the browser and Playwright and delete the profile. Safe to call twice."""
+        ctx, profile = self._context, self._profile
+        self._closing = True
+        self._context = None
+        for task in list(self._downloads):
+            task.cancel()
+        self._downloads.clear()
+        if ctx is not None:
+            try:
+                await asyncio.wait_for(ctx.close(), 5)
+            except Exception:  # noqa: BLE001 - the browser may be gone already; kill what is left
+                self._kill_processes(profile)
+        await self._stop_playwright()
+        if profile:
+            shutil.rmtree(profile, ignore_errors=True)
+        self._profile = None
+        self._browser_pid = self._driver_pid = None
+        self._tabs.clear()
+        self._pdf_tabs.clear()
+        self._current = None
+
+    async def _stop_playwright(self) -> None:
+        pw, self._playwright = self._playwright, None
+        if pw is not None:
+            try:
+                await asyncio.wait_for(pw.stop(), 5)
+            except Exception:  # noqa: BLE001 - the driver may be gone
+                if self._driver_pid:
+                    _kill(self._driver_pid)
+
+    def kill(self) -> None:
+        """Kill the browser and driver processes and delete the profile (no event loop needed)."""
+        self._closing = True
+        self._kill_processes(self._profile)
+        if self._driver_pid:
+            _kill(self._driver_pid)
+        if self._profile:
+            shutil.rmtree(self._profile, ignore_errors=True)
+
+    def _kill_processes(self, profile: str | None) -> None:
+        pids = _pids_with(f"--user-data-dir={profile}") if profile else []
+        if self._browser_pid and self._browser_pid not in pids:
+            pids.append(self._browser_pid)
+        for pid in pids:
+            _kill(pid)
+
+    # -- tabs -----------------------------------------------------------------------------------
+    def _register(self, page: "Page") -> int:
+        """Give a new page a tab id and make it current (new tabs and popups come to the front)."""
+        for tab_id, known in self._tabs.items():
+            if known is page:
+                return tab_id
+        tab_id = self._next_tab
+        self._next_tab += 1
+        self._tabs[tab_id] = page
+        self._current = tab_id
+        self._pages_opened += 1
+        page.on("close", lambda p: self._on_page_close(p))
+        page.on("download", self._on_download)
+        page.on("crash", lambda p: self._notes.append(f"Tab {self._tab_id(p)} crashed; close it or open another."))
+        page.on("dialog", self._on_dialog)
+        if self._page_event is not None:
+            self._page_event.set()
+        return tab_id
+
+    def _tab_id(self, page: "Page") -> int | None:
+        return next((i for i, p in self._tabs.items() if p is page), None)
+
+    def _on_page_close(self, page: "Page") -> None:
+        tab_id = self._tab_id(page)
+        if tab_id is None:
+            return
+        del self._tabs[tab_id]
+        self._pdf_tabs.pop(tab_id, None)
+        if self._current == tab_id:
+            self._current = max(self._tabs) if self._tabs else None
+
+    def _on_context_close(self, _ctx: Any) -> None:
+        if not self._closing:
+            self._dead = True
+
+    def _on_dialog(self, dialog: Any) -> None:
+        self._notes.append(f"The page showed a {dialog.type} dialog: {dialog.message[:200]!r} (accepted).")
+        task = asyncio.ensure_future(dialog.accept())
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())
+
+    async def _page(self) -> "Page":
+        """The current tab's page, opening a blank one when no tab is left."""
+        assert self._context is not None
+        page = self._tabs.get(self._current) if self._current is not None else None
+        if page is None or page.is_closed():
+            page = await self._context.new_page()
+            self._register(page)
+        return page
+
+    # -- downloads and PDFs ----------------------------------------------------------------------
+    def _on_download(self, download: "Download") -> None:
+        task = asyncio.ensure_future(self._save_download(download))
+        self._downloads.add(task)
+        task.add_done_callback(self._downloads.discard)
+
+    def _target(self, name: str) -> Path:
+        folder = self.folder / "downloads"
+        folder.mkdir(parents=True, exist_ok=True)
+        stem, dot, ext = _safe_name(name).rpartition(".")
+        base, suffix = (stem, dot + ext) if dot and stem else (_safe_name(name), "")
+        path, n = folder / f"{base}{suffix}", 1
+        while path.exists():
+            path, n = folder / f"{base}-{n}{suffix}", n + 1
+        return path
+
+    async def _save_download(self, download: "Download") -> str:
+        path = self._target(download.suggested_filename or "download")
+        try:
+            await download.save_as(path)
+        except Exception as exc:  # noqa: BLE001 - reported as a note
+            return f"A download of {download.url} failed: {_short(exc)}"
+        self._saved.add(download.url)
+        return self._describe_file(path, download.url)
+
+    def _describe_file(self, path: Path, url: str) -> str:
+        size = path.stat().st_size
+        head = path.read_bytes()[:5]
+        if head == b"%PDF-" or path.suffix.lower() == ".pdf":
+            text = _pdf_text(path)
+            extra = text if text is not None else "install pypdf to read its text"
+            return f"{url} is a PDF ({size:,} bytes), saved to {path}; {extra}"
+        return f"{url} was downloaded ({size:,} bytes), saved to {path}"
+
+    async def _drain_downloads(self) -> list[str]:
+        if not self._downloads:
+            return []
+        done, pending = await asyncio.wait(set(self._downloads), timeout=self._left(5.0))
+        notes = [t.result() for t in done if not t.cancelled() and t.exception() is None]
+        notes += [f"A download is still running; it will be saved into {self.folder / 'downloads'}."] * bool(pending)
+        return notes
+
+    async def _save_pdf(self, page: "Page", url: str, body: bytes | None = None) -> str:
+        """A tab showing a PDF in Chromium's viewer: fetch the file and save it like a download."""
+        if body is None:
+            assert self._context is not None
+            response = await self._context.request.get(url, timeout=self._left(self.op_timeout) * 1000)
+            body = await response.body()
+        name = Path(urlparse(url).path).name or "document.pdf"
+        path = self._target(name if name.lower().endswith(".pdf") else name + ".pdf")
+        path.write_bytes(body)
+        self._saved.add(url)
+        tab_id = self._tab_id(page)
+        if tab_id is not None:
+            self._pdf_tabs[tab_id] = path
+        return self._describe_file(path, url)
+
+    # -- the action frame -----------------------------------------------------------------------
+    async def _run(self, work: Callable[["Page"], Awaitable[str]], *, refresh: bool = True) -> str:
+        """Run one action: restart a dead browser, call ``work(page)``, turn Playwright errors into
+        readable failures, then refresh the state and the screenshot within the time limit."""
+        self._deadline = time.monotonic() + self.action_timeout - 0.4
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            notes = await self._ensure_alive()
+            page = await self._page()
+            try:
+                text = await work(page)
+            except EnvironmentFailure as exc:
+                if refresh:
+                    await self._refresh()
+                raise EnvironmentFailure("\n".join([*notes, str(exc)])) from None
+            except Exception as exc:
+                if _is_closed_error(exc) and (self._dead or self._context is None or not self._context.pages):
+                    self._dead = True
+                    raise EnvironmentFailure(
+                        "The browser closed during the action; it will be restarted at the next action."
+                    ) from None
+                if type(exc).__name__ == "TimeoutError" and type(exc).__module__.startswith("playwright"):
+                    message = f"timed out after {self.op_timeout:g} s: {_short(exc)}"
+                else:
+                    message = _short(exc)
+                if refresh:
+                    await self._refresh()
+                raise EnvironmentFailure("\n".join([*notes, message])) from None
+            extra = await self._refresh() if refresh else []
+            return "\n".join([*notes, text, *extra, *self._take_notes()])
+
+    def _take_notes(self) -> list[str]:
+        notes, self._notes = self._notes, []
+        return notes
+
+    async def _ensure_alive(self) -> list[str]:
+        """Restart the browser when it crashed or was closed; the note says so."""
+        if self._context is not None and not self._dead:
+            try:
+                alive = self._context.browser is None or self._context.browser.is_connected()
+            except Exception:  # noqa: BLE001
+                alive = False
+            if alive:
+                return []
+        was_running = self._context is not None
+        if was_running:
+            self._closing = True
+            await self.stop()
+        await self.start()
+        if not was_running:
+            return []
+        return ["(The browser had stopped — crashed or closed; a fresh one was started and earlier tabs are gone.)"]
+
+    async def _settle(self, page: "Page", load_cap: float = 1.0) -> None:
+        """Wait (briefly) for the page to be parsed and, when quick, loaded."""
+        from playwright.async_api import Error as PlaywrightError
+
+        try:
+            await page.wait_for_load_state("domcontentloaded", timeout=self._left(self.op_timeout) * 1000)
+            await page.wait_for_load_state("load", timeout=self._left(load_cap) * 1000)
+        except PlaywrightError:
+            pass
+
+    async def _refresh(self) -> list[str]:
+        """Refresh the cached state text and screenshot; returns notes (saved downloads and PDFs)."""
+        notes = await self._drain_downloads()
+        page = self._tabs.get(self._current) if self._current is not None else None
+        if page is None or page.is_closed() or self._context is None:
+            self._state_text = self._format_state(None)
+            return notes
+        try:
+            snap = await asyncio.wait_for(page.evaluate(_SNAPSHOT_JS, MAX_ELEMENTS), self._left(2.0))
+        except Exception:  # noqa: BLE001 - a page that cannot be read still gets a state
+            snap = None
+        if snap and snap.get("contentType") == "application/pdf" and snap.get("url") not in self._saved:
+            try:
+                notes.append(await self._save_pdf(page, snap["url"]))
+            except Exception as exc:  # noqa: BLE001
+                notes.append(f"{snap['url']} is a PDF but could not be saved: {_short(exc)}")
+        self._state_text = self._format_state(snap)
+        if self._left() > 0.3:
+            try:
+                self._png = await page.screenshot(type="png", timeout=self._left(2.0) * 1000)
+            except Exception:  # noqa: BLE001 - keep the previous screenshot
+                pass
+        return notes
+
+    def _format_state(self, snap: dict[str, Any] | None) -> str:
+        if self._context is None:
+            return "browser: stopped (a fresh browser starts at the next action)"
+        lines = [f"Tabs ({len(self._tabs)}):"]
+        for tab_id, page in list(self._tabs.items())[:20]:
+            mark = "*" if tab_id == self._current else " "
+            title = page.url if page.is_closed() else ""
+            if snap and tab_id == self._current:
+                title = snap.get("title") or ""
+            lines.append(f"{mark} [{tab_id}] {title[:60]!r} {page.url[:150]}" + (" (current)" if mark == "*" else ""))
+        if snap is None:
+            return "\n".join(lines + ["(the current page could not be read)"])[:MAX_STATE_CHARS]
+        lines.append(f"Current page: {snap.get('title') or '(no title)'!r} at {snap.get('url')}")
+        if snap.get("contentType") == "application/pdf":
+            path = self._pdf_tabs.get(self._current) if self._current is not None else None
+            lines.append(f"It is a PDF{f' saved to {path}' if path else ''}; extract returns its text when pypdf is installed.")
+        lines.append(f"Scroll: y={snap.get('scrollY', 0)} of {snap.get('height', 0)} px (viewport {snap.get('viewport', 0)} px)")
+        elements = snap.get("elements") or []
+        if elements:
+            lines.append(f"Interactive elements ({len(elements)} of {snap.get('total', len(elements))} visible; selector, kind, text):")
+        for el in elements:
+            bits = [el["selector"], el["kind"]]
+            if el.get("text"):
+                bits.append(repr(el["text"]))
+            for key in ("href", "name", "placeholder", "value"):
+                if el.get(key):
+                    bits.append(f"{key}={el[key]!r}")
+            line = "  " + " ".join(bits)
+            if sum(len(x) + 1 for x in lines) + len(line) > MAX_STATE_CHARS - 40:
+                lines.append("  … (more elements; scroll or extract to see them)")
+                break
+            lines.append(line)
+        return "\n".join(lines)[:MAX_STATE_CHARS]
+
+    # -- what the prompt shows -----------------------------------------------------------------
+    def state(self) -> str:
+        """The tabs, the current page and its interactive elements with selectors (as of the last action)."""
+        return self._state_text
+
+    def vision(self) -> bytes | None:
+        """A PNG of the current tab's viewport, taken after the last action that changed the page."""
+        return self._png
+
+    # -- element lookup -------------------------------------------------------------------------
+    async def _find(self, page: "Page", selector: str, *, fillable: bool = False) -> "Locator":
+        """The element for a CSS selector (or any Playwright selector) or, failing that, visible text."""
+        from playwright.async_api import Error as PlaywrightError
+
+        sel = selector.strip()
+        if not sel:
+            raise EnvironmentFailure("the selector is empty; use a selector from the state or the element's text")
+        if _ENGINE.match(sel):
+            candidates = [page.locator(sel)]
+        else:
+            candidates = [page.locator(sel), page.get_by_text(sel, exact=True)]
+            if fillable:
+                candidates += [page.get_by_placeholder(sel), page.get_by_label(sel)]
+            candidates += [page.get_by_role("button", name=sel), page.get_by_role("link", name=sel),
+                           page.get_by_text(sel)]
+        valid = []
+        for loc in candidates:
+            try:
+                count = await loc.count()
+            except PlaywrightError:
+                continue  # not valid CSS: try it as text
+            valid.append(loc)
+            if count:
+                return await self._pick(loc, count)
+        if not valid:
+            raise EnvironmentFailure(f"{selector!r} is not a valid selector")
+        combined = valid[0]
+        for loc in valid[1:]:
+            combined = combined.or_(loc)
+        try:  # it may appear shortly (a page still rendering)
+            await combined.first.wait_for(state="attached", timeout=self._left(self.op_timeout) * 1000)
+        except PlaywrightError:
+            raise EnvironmentFailure(
+                f"no element matches {selector!r} on {page.url} (tried as a CSS selector and as visible text, "
+                f"waited {self.op_timeout:g} s); use a selector from the state's element list"
+            ) from None
+        for loc in valid:
+            count = await loc.count()
+            if count:
+                return await self._pick(loc, count)
+        return combined.first
+
+    @staticmethod
+    async def _pick(loc: "Locator", count: int) -> "Locator":
+        if count == 1:
+            return loc
+        shown = loc.filter(visible=True)
+        return shown.first if await shown.count() else loc.first
+
+    @staticmethod
+    async def _describe(loc: "Locator") -> str:
+        try:
+            text = await loc.evaluate(
+                "(el) => el.tagName.toLowerCase() + ' ' + JSON.stringify(((el.innerText || el.value || "
+                "el.getAttribute('aria-label') || el.placeholder || '') + '').replace(/\\s+/g, ' ').trim().slice(0, 60))",
+                timeout=1000,
+            )
+            return str(text)
+        except Exception:  # noqa: BLE001
+            return "the element"
+
+    async def _popup(self, page: "Page", opened_before: int) -> str | None:
+        """After a click: when the page opened a tab (target=_blank, window.open), wait for it."""
+        try:
+            flagged = await page.evaluate("() => { const n = window.__teaPopups || 0; window.__teaPopups = 0; return n; }")
+        except Exception:  # noqa: BLE001 - navigated away: no popup flag to read
+            flagged = 0
+        if flagged and self._pages_opened == opened_before and self._page_event is not None:
+            try:
+                await asyncio.wait_for(self._page_event.wait(), self._left(2.0))
+            except asyncio.TimeoutError:
+                pass
+        if self._pages_opened == opened_before or self._current is None:
+            return None
+        new = self._tabs[self._current]
+        await self._settle(new)
+        return f"It opened a new tab [{self._current}] ({new.url}), which is now the current tab."
+
+    async def _open(self, page: "Page", url: str) -> str:
+        """Navigate ``page`` to ``url``; the observation, or an EnvironmentFailure naming the URL."""
+        from playwright.async_api import Error as PlaywrightError
+        from playwright.async_api import TimeoutError as PlaywrightTimeout
+
+        url = _normalize_url(url)
+        try:
+            response = await page.goto(url, wait_until="domcontentloaded", timeout=self._left(self.op_timeout) * 1000)
+        except PlaywrightTimeout:
+            try:  # stop the hung load so the tab is usable again
+                await asyncio.wait_for(page.evaluate("() => window.stop()"), self._left(1.0))
+            except Exception:  # noqa: BLE001
+                pass
+            raise EnvironmentFailure(
+                f"{url} did not load within {self.op_timeout:g} s (the server did not answer in time); loading stopped"
+            ) from None
+        except PlaywrightError as exc:
+            text = str(exc)
+            if "Download is starting" in text:
+                notes = await self._drain_downloads()
+                return "\n".join(notes) or f"{url} started a download into {self.folder / 'downloads'}"
+            if _is_closed_error(exc):
+                raise
+            code = re.search(r"net::(ERR_[A-Z_]+)", text)
+            if code:
+                reason = _NET_ERRORS.get(code.group(1), code.group(1))
+                raise EnvironmentFailure(f"could not open {url}: {reason} (net::{code.group(1)})") from None
+            raise EnvironmentFailure(f"could not open {url}: {_short(exc)}") from None
+        tab = self._tab_id(page)
+        if tab is not None:
+            self._pdf_tabs.pop(tab, None)
+        ctype = (response.headers.get("content-type", "") if response else "").split(";")[0].strip().lower()
+        if ctype == "application/pdf":
+            body = None
+            try:
+                body = await response.body() if response else None
+            except Exception:  # noqa: BLE001 - the viewer may hold the body: fetch it again
+                body = None
+            return await self._save_pdf(page, page.url, body)
+        await self._settle(page)
+        title = await page.title()
+        status = f" (HTTP {response.status} {response.status_text})" if response and response.status >= 400 else ""
+        return f"Opened {page.url}{status} — title {title!r} in tab [{tab}]. Use extract to read it."
+
+    # -- actions -------------------------------------------------------------------------------
+    @action
+    async def goto(self, url: str) -> str:
+        """Open a URL in the current tab.
+
+        Args:
+            url: The address to open; a bare host like "example.com" means https://example.com.
+        """
+        return await self._run(lambda page: self._open(page, url))
+
+    @action
+    async def click(self, selector: str) -> str:
+        """Click an element, found by CSS selector or, failing that, by its visible text.
+
+        Args:
+            selector: A selector from the state's element list (e.g. "#submit" or '[data-tea="3"]'),
+                any CSS selector, or the visible text of a link or button (e.g. "Sign in").
+        """
+
+        async def work(page: "Page") -> str:
+            loc = await self._find(page, selector)
+            what = await self._describe(loc)
+            opened = self._pages_opened
+            if self._page_event is not None:
+                self._page_event.clear()
+            try:
+                await page.evaluate("() => { window.__teaPopups = 0; }")
+            except Exception:  # noqa: BLE001
+                pass
+            await loc.click(timeout=self._left(self.op_timeout) * 1000)
+            popup = await self._popup(page, opened)
+            if popup:
+                return f"Clicked {what}. {popup}"
+            await self._settle(page)
+            return f"Clicked {what}. Now at {page.url} — title {await page.title()!r}."
+
+        return await self._run(work)
+
+    @action
+    async def input(self, selector: str, text: str, press_enter: bool = False) -> str:
+        """Type text into a field (replacing what it holds), found by selector, label, placeholder or text.
+
+        Args:
+            selector: A selector from the state's element list (e.g. "#q"), any CSS selector, or the field's
+                label or placeholder text.
+            text: The text to put in the field.
+            press_enter: Press Enter afterwards (submits most search boxes and forms).
+        """
+
+        async def work(page: "Page") -> str:
+            loc = await self._find(page, selector, fillable=True)
+            await loc.fill(text, timeout=self._left(self.op_timeout) * 1000)
+            out = f"Typed {text[:80]!r} into {await self._describe(loc)}"
+            if press_enter:
+                opened = self._pages_opened
+                await loc.press("Enter", timeout=self._left(self.op_timeout) * 1000)
+                popup = await self._popup(page, opened)
+                if popup:
+                    return f"{out} and pressed Enter. {popup}"
+                await self._settle(page)
+                return f"{out} and pressed Enter. Now at {page.url} — title {await page.title()!r}."
+            return out + "."
+
+        return await self._run(work)
+
+    @action
+    async def scroll(self, direction: Literal["down", "up"] = "down", amount: float = 1.0,
+                     unit: Literal["pages", "pixels"] = "pages") -> str:
+        """Scroll the current page (or its main scrollable area) up or down.
+
+        Args:
+            direction: "down" or "up".
+            amount: How far, in ``unit``s (e.g. 1 page, or 500 pixels).
+            unit: "pages" (viewport heights) or "pixels".
+        """
+
+        async def work(page: "Page") -> str:
+            sign = -1 if direction == "up" else 1
+            r = await page.evaluate(_SCROLL_JS, [sign * abs(amount), unit == "pages"])
+            where = "the page" if r["where"] == "page" else "the scrollable area"
+            if r["moved"] == 0:
+                edge = "top" if direction == "up" else "bottom"
+                return f"Cannot scroll {direction}: {where} is at the {edge} (y={r['y']} of {r['height']} px)."
+            return f"Scrolled {where} {direction} by {abs(r['moved'])} px: now at y={r['y']} of {r['height']} px."
+
+        return await self._run(work)
+
+    @action
+    async def back(self) -> str:
+        """Go back to the previous page in the current tab's history."""
+
+        async def work(page: "Page") -> str:
+            before = page.url
+            response = await page.go_back(wait_until="domcontentloaded", timeout=self._left(self.op_timeout) * 1000)
+            if response is None and page.url == before:
+                raise EnvironmentFailure("there is no earlier page in this tab's history")
+            await self._settle(page)
+            return f"Went back to {page.url} — title {await page.title()!r}."
+
+        return await self._run(work)
+
+    @action
+    async def open_tab(self, url: str) -> str:
+        """Open a URL in a new tab, which becomes the current tab.
+
+        Args:
+            url: The address to open in the new tab.
+        """
+
+        async def work(_page: "Page") -> str:
+            assert self._context is not None
+            page = await self._context.new_page()
+            self._current = self._register(page)
+            return await self._open(page, url)
+
+        return await self._run(work)
+
+    @action
+    async def switch_tab(self, tab_id: int) -> str:
+        """Make another tab the current one.
+
+        Args:
+            tab_id: The tab's id, as listed in the state.
+        """
+
+        async def work(_page: "Page") -> str:
+            page = self._tabs.get(tab_id)
+            if page is None:
+                raise EnvironmentFailure(f"there is no tab {tab_id}; open tabs: {sorted(self._tabs)}")
+            self._current = tab_id
+            await page.bring_to_front()
+            return f"Switched to tab [{tab_id}]: {page.url} — title {await page.title()!r}."
+
+        return await self._run(work)
+
+    @action
+    async def close_tab(self, tab_id: int) -> str:
+        """Close a tab; the most recently opened remaining tab becomes current.
+
+        Args:
+            tab_id: The tab's id, as listed in the state.
+        """
+
+        async def work(_page: "Page") -> str:
+            page = self._tabs.get(tab_id)
+            if page is None:
+                raise EnvironmentFailure(f"there is no tab {tab_id}; open tabs: {sorted(self._tabs)}")
+            await page.close()
+            self._on_page_close(page)
+            current = await self._page()
+            if self._current is not None:
+                await current.bring_to_front()
+            return f"Closed tab [{tab_id}]; the current tab is [{self._current}] ({current.url})."
+
+        return await self._run(work)
+
+    @action
+    async def extract(self, selector: str = "", start: int = 0, max_chars: int = 6000) -> str:
+        """Read the current page as markdown (headings, paragraphs, [links](url), lists, tables).
+
+        Args:
+            selector: Only this part of the page (a CSS selector, e.g. "main"); empty for the whole page.
+            start: Character offset to start from, to continue a long page.
+            max_chars: At most this many characters (up to 20000).
+        """
+
+        async def work(page: "Page") -> str:
+            limit = max(200, min(int(max_chars), 20_000))
+            offset = max(0, int(start))
+            tab = self._tab_id(page)
+            pdf = self._pdf_tabs.get(tab) if tab is not None else None
+            if pdf is not None:
+                text = _pdf_text(pdf)
+                body = text if text is not None else "(install pypdf to read PDF text)"
+                header = f"PDF {page.url}, saved to {pdf} ({pdf.stat().st_size:,} bytes)"
+                return f"{header}\n\n{body[offset: offset + limit]}"
+            md = await page.evaluate(_MARKDOWN_JS, [selector, offset + limit + 100_000])
+            if md is None:
+                raise EnvironmentFailure(f"no element matches {selector!r} on {page.url}")
+            title = await page.title()
+            header = f"# {title}\nURL: {page.url}\n\n" if offset == 0 and not selector else ""
+            chunk = md[offset: offset + limit]
+            if not chunk.strip():
+                return f"{header}(no text{' past offset ' + str(offset) if offset else ''}; {len(md)} characters in all)"
+            more = ""
+            if offset + limit < len(md):
+                more = (f"\n\n[… characters {offset}–{offset + limit} of {len(md)}; call extract with "
+                        f"start={offset + limit} for more]")
+            return header + chunk + more
+
+        return await self._run(work, refresh=False)
+
+    @action
+    async def screenshot(self, full_page: bool = False) -> str:
+        """Take a screenshot of the current tab; it is saved in the run folder and shown as the vision image.
+
+        Args:
+            full_page: The whole page instead of the visible viewport.
+        """
+
+        async def work(page: "Page") -> str:
+            png = await page.screenshot(type="png", full_page=full_page, timeout=self._left(self.op_timeout) * 1000)
+            self._png = png
+            self._shots += 1
+            folder = self.folder / "screenshots"
+            folder.mkdir(parents=True, exist_ok=True)
+            path = folder / f"screenshot-{self._shots}.png"
+            path.write_bytes(png)
+            width, height = _png_size(png)
+            return (f"Screenshot of tab [{self._current}] ({page.url}): {width}x{height} PNG, "
+                    f"{len(png) // 1024} KB, saved to {path}; it is attached as the vision image.")
+
+        out = await self._run(work, refresh=False)
+        return out
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass
+
+
+__all__ = ["Browser", "find_chromium", "system_chromium", "playwright_chromium"]
