@@ -137,9 +137,10 @@ class Workspace:
         return _Activation(_current.set(self))
 
     def close(self) -> None:
-        """Write pending index files and close the database connection."""
+        """Stop live environment sessions, write pending index files and close the database."""
         if _current.get() is self:
             _current.set(None)
+        self.envs.release()
         for registry in (self.tools, self.toolkits, self.envs, self.agents, self.memory):
             registry.flush()
         self.db.close()

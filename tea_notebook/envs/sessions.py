@@ -121,6 +121,7 @@ class SessionManager:
 
     async def _run_here(self, runtime: EnvironmentRuntime, context: "Context", work: Any) -> Any:
         env = await self._acquire(runtime, context)
+        env.context = context  # grants and the stop signal of the caller, not of the first caller
         return await work(env)
 
     async def _acquire(self, runtime: EnvironmentRuntime, context: "Context") -> Environment:

@@ -326,6 +326,11 @@ class _Run:
         self.run_id = self.events.new_id()
         self.ctx = Context(self.run_id, parent=parent)
         self.ctx.is_run = True  # type: ignore[attr-defined]
+        if not getattr(parent, "is_run", False):
+            # a caller's plain context (a notebook cell's) lends only its stop signal: this run is the
+            # root of its own tree, with its own grants, sessions and run folder
+            self.ctx.root = self.run_id
+            self.ctx.grants = set(parent.grants) if parent is not None else set()
         # a caller's plain context only shares its stop signal; a calling run becomes the parent run
         self.parent_run = parent.id if getattr(parent, "is_run", False) else None
         self.folder = self.ws.path / "runs" / self.run_id
