@@ -168,7 +168,9 @@ def test_append_creates_and_extends(fs):
 def test_write_and_append_size_limits(tmp_path):
     env = started(tmp_path / "w", max_write_bytes=10)
     assert env.write("ok.txt", "0123456789").startswith("created ok.txt (10 B")
-    refused(env.write, "big.txt", "x" * 11, match="write to 'big.txt' refused: the content is 11 B, over the 10 B limit")
+    refused(
+        env.write, "big.txt", "x" * 11, match="write to 'big.txt' refused: the content is 11 B, over the 10 B limit"
+    )
     assert not (env.folder / "big.txt").exists()
     refused(env.append, "ok.txt", "!", match="the resulting file is 11 B, over the 10 B limit")
     assert (env.folder / "ok.txt").read_text() == "0123456789"
@@ -209,7 +211,9 @@ def test_symlinks_out_of_the_folder_are_refused(fs, outside):
     (root / "out").symlink_to(outside)  # a linked folder
     (root / "secret.txt").symlink_to(outside / "secret.txt")  # a linked file
     (root / "dangling").symlink_to(outside / "new.txt")  # a link to a file that does not exist yet
-    refused(fs.read, "etc/passwd", match="'etc/passwd' refused: it leads outside the run folder (through a symbolic link")
+    refused(
+        fs.read, "etc/passwd", match="'etc/passwd' refused: it leads outside the run folder (through a symbolic link"
+    )
     refused(fs.list, "etc", match="'etc' refused")
     refused(fs.write, "etc/tea-test-file", "x", match="'etc/tea-test-file' refused")
     refused(fs.read, "out/secret.txt", match="'out/secret.txt' refused")

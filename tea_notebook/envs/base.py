@@ -61,7 +61,9 @@ class Environment:
     ECP's session manager creates an instance per run (``scope = "run"``) with the run's folder,
     calls :meth:`start` before the first action and :meth:`stop` when the run ends; :meth:`kill`
     is the last resort at interpreter exit. :meth:`state` and :meth:`vision` feed the prompt's
-    ``<state>`` and ``<vision>`` blocks.
+    ``<state>`` and ``<vision>`` blocks; they are called synchronously, possibly from another
+    thread, so they must be cheap and must not touch objects bound to the session's event loop
+    (keep a copy refreshed by the actions instead).
     """
 
     name: ClassVar[str] = ""
@@ -70,7 +72,10 @@ class Environment:
     category: ClassVar[str] = "general"
     constraints: ClassVar[list[str]] = []
     scope: ClassVar[str] = "run"
-    action_timeout: ClassVar[float] = 30.0
+    # seconds; subclasses may set them per instance from their options
+    action_timeout: float = 30.0
+    start_timeout: float = 60.0
+    stop_timeout: float = 10.0
 
     def __init__(self, folder: Path, context: "Context | None" = None, **config: Any):
         self.folder = Path(folder)

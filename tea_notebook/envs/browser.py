@@ -93,8 +93,8 @@ _SNAPSHOT_JS = """
     return s.visibility !== 'hidden' && s.display !== 'none';
   };
   const one = (s) => (s || '').replace(/\\s+/g, ' ').trim();
-  const query = 'a[href], button, input:not([type=hidden]), select, textarea, summary, '
-    + '[role=button], [role=link], [role=tab], [role=menuitem], [onclick], [contenteditable=""], [contenteditable=true]';
+  const query = 'a[href], button, input:not([type=hidden]), select, textarea, summary, [role=button], '
+    + '[role=link], [role=tab], [role=menuitem], [onclick], [contenteditable=""], [contenteditable=true]';
   const nodes = document.querySelectorAll(query);
   const inView = [], below = [];
   let total = 0;
@@ -122,7 +122,7 @@ _SNAPSHOT_JS = """
     const text = one(el.innerText || (['submit', 'button', 'reset'].includes(el.type) ? el.value : '')
       || el.getAttribute('aria-label') || el.title || el.getAttribute('alt') || '').slice(0, 60);
     const out = { selector, kind, text };
-    if (tag === 'a') out.href = el.getAttribute('href').slice(0, 80);
+    if (tag === 'a') out.href = (el.getAttribute('href') || '').slice(0, 80);
     if (tag === 'input' || tag === 'textarea' || tag === 'select') {
       if (el.name) out.name = el.name;
       if (el.placeholder) out.placeholder = el.placeholder.slice(0, 40);
@@ -131,10 +131,10 @@ _SNAPSHOT_JS = """
     return out;
   });
   const doc = document.documentElement;
+  const height = Math.max(doc ? doc.scrollHeight : 0, document.body ? document.body.scrollHeight : 0);
   return {
     url: location.href, title: document.title, contentType: document.contentType,
-    scrollY: Math.round(window.scrollY), height: Math.max(doc ? doc.scrollHeight : 0, document.body ? document.body.scrollHeight : 0),
-    viewport: innerHeight, total, elements,
+    scrollY: Math.round(window.scrollY), height, viewport: innerHeight, total, elements,
   };
 }
 """
@@ -192,7 +192,8 @@ _MARKDOWN_JS = """
     const tag = el.tagName;
     const type = (el.getAttribute('type') || 'text').toLowerCase();
     if (tag === 'INPUT' && type === 'hidden') return '';
-    if (tag === 'INPUT' && ['submit', 'button', 'reset', 'image'].includes(type)) return '[' + one(el.value || type) + ']';
+    const isButton = ['submit', 'button', 'reset', 'image'].includes(type);
+    if (tag === 'INPUT' && isButton) return '[' + one(el.value || type) + ']';
     if (tag === 'INPUT' && (type === 'checkbox' || type === 'radio')) return el.checked ? '[x] ' : '[ ] ';
     if (tag === 'SELECT') {
       const o = el.selectedOptions && el.selectedOptions[0];
@@ -231,7 +232,10 @@ _MARKDOWN_JS = """
       case 'STRONG': case 'B': return wrap('**', el);
       case 'EM': case 'I': return wrap('*', el);
       case 'CODE': case 'KBD': case 'SAMP': { const t = one(el.textContent); return t ? '`' + t + '`' : ''; }
-      case 'PRE': { size += el.innerText.length; return '\\n\\n```\\n' + el.innerText.replace(/\\n+$/, '') + '\\n```\\n\\n'; }
+      case 'PRE': {
+        size += el.innerText.length;
+        return '\\n\\n```\\n' + el.innerText.replace(/\\n+$/, '') + '\\n```\\n\\n';
+      }
       case 'UL': case 'MENU': return list(el, false);
       case 'OL': return list(el, true);
       case 'TABLE': return table(el);
@@ -259,7 +263,7 @@ _SCROLL_JS = """
   const doc = document.scrollingElement || document.documentElement;
   const before = window.scrollY;
   window.scrollBy({ top: delta, left: 0, behavior: 'instant' });
-  let moved = window.scrollY - before, where = 'page', y = window.scrollY, height = doc.scrollHeight, view = innerHeight;
+  let moved = window.scrollY - before, where = 'page', y = window.scrollY, height = doc.scrollHeight;
   if (moved === 0) {  // the content may scroll inside an element: the largest scrollable one
     let best = null, area = 0;
     for (const el of document.querySelectorAll('body *')) {
@@ -272,12 +276,16 @@ _SCROLL_JS = """
     if (best) {
       const b = best.scrollTop;
       best.scrollBy({ top: pages ? dy * best.clientHeight : dy, behavior: 'instant' });
-      moved = best.scrollTop - b; where = 'element'; y = best.scrollTop; height = best.scrollHeight; view = best.clientHeight;
+      moved = best.scrollTop - b; where = 'element'; y = best.scrollTop; height = best.scrollHeight;
     }
   }
-  return { moved: Math.round(moved), y: Math.round(y), height, view, where };
+  return { moved: Math.round(moved), y: Math.round(y), height, where };
 }
 """
+
+_DESCRIBE_JS = """(el) => el.tagName.toLowerCase() + ' ' + JSON.stringify(((el.innerText || el.value
+  || el.getAttribute('aria-label') || el.placeholder || '') + '').replace(/\\s+/g, ' ').trim().slice(0, 60))"""
+_POPUPS_JS = "() => { const n = window.__teaPopups || 0; window.__teaPopups = 0; return n; }"
 
 
 # -- finding a browser -------------------------------------------------------------------------------
@@ -293,8 +301,11 @@ def system_chromium() -> str | None:
 def playwright_chromium() -> str | None:
     """Playwright's own downloaded Chromium when one is installed (found without starting Playwright)."""
     root = os.environ.get("PLAYWRIGHT_BROWSERS_PATH") or os.path.expanduser("~/.cache/ms-playwright")
-    for pattern in ("chromium*/chrome-linux*/chrome", "chromium*/chrome-mac*/Chromium.app/Contents/MacOS/*",
-                    "chromium*/chrome-win*/chrome.exe"):
+    for pattern in (
+        "chromium*/chrome-linux*/chrome",
+        "chromium*/chrome-mac*/Chromium.app/Contents/MacOS/*",
+        "chromium*/chrome-win*/chrome.exe",
+    ):
         for path in sorted(glob.glob(os.path.join(root, pattern)), reverse=True):
             if os.access(path, os.X_OK):
                 return path
@@ -315,11 +326,28 @@ def _short(exc: BaseException, limit: int = 300) -> str:
     return first if len(first) <= limit else first[: limit - 1] + "…"
 
 
+def _reason(exc: BaseException) -> str:
+    """Why Playwright kept waiting, from the last telling line of its call log ("element is not visible")."""
+    log = str(exc).split("Call log:", 1)[1] if "Call log:" in str(exc) else ""
+    telling = ("is not", "intercepts pointer events", "outside of the viewport", "detached", "not attached")
+    for line in reversed(log.splitlines()):
+        line = line.strip(" -\t")
+        if any(t in line for t in telling):
+            return line[:200]
+    return ""
+
+
 def _is_closed_error(exc: BaseException) -> bool:
     text = str(exc)
     return any(
         marker in text
-        for marker in ("has been closed", "Target closed", "Browser closed", "Connection closed", "browser has disconnected")
+        for marker in (
+            "has been closed",
+            "Target closed",
+            "Browser closed",
+            "Connection closed",
+            "browser has disconnected",
+        )
     )
 
 
@@ -363,7 +391,8 @@ def _pdf_text(path: Path, limit: int = 3000) -> str | None:
             if size > limit:
                 break
         text = "\n".join(parts).strip()
-        return f"{len(reader.pages)} page(s); text:\n{text[:limit]}" if text else f"{len(reader.pages)} page(s), no text"
+        pages = f"{len(reader.pages)} page(s)"
+        return f"{pages}; text:\n{text[:limit]}" if text else f"{pages}, no text"
     except Exception as exc:  # noqa: BLE001 - a broken PDF is reported, not raised
         return f"its text could not be read ({type(exc).__name__}: {exc})"
 
@@ -412,7 +441,7 @@ class Browser(Environment):
         "limit; an error observation says what went wrong, so try another way instead of repeating it."
     )
     constraints: ClassVar[list[str]] = ["headless Chromium", "no file uploads", "one browser per run"]
-    action_timeout: ClassVar[float] = 10.0
+    action_timeout = 10.0
 
     def __init__(
         self,
@@ -426,7 +455,7 @@ class Browser(Environment):
         super().__init__(folder, context)
         if timeout <= 0:
             raise ValueError("timeout must be positive")
-        self.action_timeout = float(timeout)  # type: ignore[misc] - per-session override of the class default
+        self.action_timeout = float(timeout)
         self.headless = headless
         self.executable = executable
         self._playwright: Playwright | None = None
@@ -443,11 +472,14 @@ class Browser(Environment):
         self._pages_opened = 0
         self._page_event: asyncio.Event | None = None
         self._notes: list[str] = []
-        self._downloads: set[asyncio.Task] = set()
-        self._saved: set[str] = set()
+        self._downloads: list[asyncio.Task] = []  # saving, or saved and not yet reported
+        self._saved: dict[str, Path] = {}
         self._pdf_tabs: dict[int, Path] = {}
+        self._titles: dict[int, str] = {}
+        self._crashed: set[Page] = set()
         self._deadline = 0.0
         self._lock: asyncio.Lock | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._state_text = "browser: no page open yet"
         self._png: bytes | None = None
         self._shots = 0
@@ -465,40 +497,45 @@ class Browser(Environment):
 
     # -- lifecycle ----------------------------------------------------------------------------
     async def start(self) -> None:
-        """Launch Chromium with a fresh profile and open one blank tab."""
+        """Start Playwright and launch Chromium with a fresh profile and one blank tab."""
         if self._context is not None:
             return
-        from playwright.async_api import async_playwright
-
         self._lock = self._lock or asyncio.Lock()
+        self._loop = asyncio.get_running_loop()
         self._page_event = asyncio.Event()
-        self._playwright = await async_playwright().start()
+        if self._playwright is None:
+            from playwright.async_api import async_playwright
+
+            self._playwright = await async_playwright().start()
         try:
-            candidates = self._executables(self._playwright)
-            errors = []
-            for exe in candidates:
-                self._profile = tempfile.mkdtemp(prefix="tea-browser-")
-                try:
-                    self._context = await self._playwright.chromium.launch_persistent_context(
-                        self._profile,
-                        executable_path=exe,
-                        headless=self.headless,
-                        args=LAUNCH_ARGS,
-                        viewport=VIEWPORT,
-                        accept_downloads=True,
-                        timeout=30_000,
-                    )
-                    self._executable_used = exe or self._playwright.chromium.executable_path
-                    break
-                except Exception as exc:  # noqa: BLE001 - try the next browser, report all at the end
-                    errors.append(f"{exe or 'Playwright Chromium'}: {_short(exc)}")
-                    shutil.rmtree(self._profile, ignore_errors=True)
-                    self._profile = None
-            if self._context is None:
-                raise EnvironmentFailure("could not launch Chromium (" + "; ".join(errors) + f"); {INSTALL_HINT}")
+            await self._launch(self._playwright)
         except BaseException:
             await self._stop_playwright()
             raise
+
+    async def _launch(self, playwright: "Playwright") -> None:
+        """Launch the browser (the first candidate that starts) and set up its context."""
+        errors = []
+        for exe in self._executables(playwright):
+            self._profile = tempfile.mkdtemp(prefix="tea-browser-")
+            try:
+                self._context = await playwright.chromium.launch_persistent_context(
+                    self._profile,
+                    executable_path=exe,
+                    headless=self.headless,
+                    args=LAUNCH_ARGS,
+                    viewport=VIEWPORT,
+                    accept_downloads=True,
+                    timeout=30_000,
+                )
+                self._executable_used = exe or playwright.chromium.executable_path
+                break
+            except Exception as exc:  # noqa: BLE001 - try the next browser, report all at the end
+                errors.append(f"{exe or 'Playwright Chromium'}: {_short(exc)}")
+                shutil.rmtree(self._profile, ignore_errors=True)
+                self._profile = None
+        if self._context is None:
+            raise EnvironmentFailure("could not launch Chromium (" + "; ".join(errors) + f"); {INSTALL_HINT}")
         ctx = self._context
         ctx.set_default_timeout(self.op_timeout * 1000)
         ctx.set_default_navigation_timeout(self.op_timeout * 1000)
@@ -511,7 +548,7 @@ class Browser(Environment):
         if not self._tabs:
             await ctx.new_page()
         self._find_pids()
-        self._state_text = self._format_state(None)
+        self._state_text = f"Tabs (1):\n* [{self._current}] about:blank (current)\nNo page is open yet: use goto."
 
     def _executables(self, playwright: "Playwright") -> list[str | None]:
         """What to launch, in order: the configured binary, Playwright's own (None), the system one."""
@@ -545,6 +582,12 @@ class Browser(Environment):
 
     async def stop(self) -> None:
         """Close the browser and Playwright and delete the profile. Safe to call twice."""
+        await self._close_browser()
+        await self._stop_playwright()
+        self._driver_pid = None
+        self._state_text = "browser: stopped (a fresh browser starts at the next action)"
+
+    async def _close_browser(self) -> None:
         ctx, profile = self._context, self._profile
         self._closing = True
         self._context = None
@@ -556,13 +599,14 @@ class Browser(Environment):
                 await asyncio.wait_for(ctx.close(), 5)
             except Exception:  # noqa: BLE001 - the browser may be gone already; kill what is left
                 self._kill_processes(profile)
-        await self._stop_playwright()
         if profile:
             shutil.rmtree(profile, ignore_errors=True)
         self._profile = None
-        self._browser_pid = self._driver_pid = None
+        self._browser_pid = None
         self._tabs.clear()
         self._pdf_tabs.clear()
+        self._titles.clear()
+        self._crashed.clear()
         self._current = None
 
     async def _stop_playwright(self) -> None:
@@ -575,13 +619,28 @@ class Browser(Environment):
                     _kill(self._driver_pid)
 
     def kill(self) -> None:
-        """Kill the browser and driver processes and delete the profile (no event loop needed)."""
+        """Kill the browser's processes and delete the profile (no event loop needed).
+
+        Playwright's driver is not killed (under a live connection that makes Playwright log an
+        unretrieved error): it is asked to stop on its event loop when that loop still runs, and it
+        exits by itself anyway when its pipe to this process closes."""
         self._closing = True
         self._kill_processes(self._profile)
-        if self._driver_pid:
-            _kill(self._driver_pid)
         if self._profile:
             shutil.rmtree(self._profile, ignore_errors=True)
+        pw, loop = self._playwright, self._loop
+        if pw is None or loop is None or not loop.is_running() or loop.is_closed():
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is not loop:
+            self._playwright = None
+            try:
+                asyncio.run_coroutine_threadsafe(_stop_quietly(pw), loop)
+            except RuntimeError:
+                pass
 
     def _kill_processes(self, profile: str | None) -> None:
         pids = _pids_with(f"--user-data-dir={profile}") if profile else []
@@ -603,7 +662,7 @@ class Browser(Environment):
         self._pages_opened += 1
         page.on("close", lambda p: self._on_page_close(p))
         page.on("download", self._on_download)
-        page.on("crash", lambda p: self._notes.append(f"Tab {self._tab_id(p)} crashed; close it or open another."))
+        page.on("crash", self._on_crash)
         page.on("dialog", self._on_dialog)
         if self._page_event is not None:
             self._page_event.set()
@@ -618,8 +677,12 @@ class Browser(Environment):
             return
         del self._tabs[tab_id]
         self._pdf_tabs.pop(tab_id, None)
+        self._titles.pop(tab_id, None)
         if self._current == tab_id:
             self._current = max(self._tabs) if self._tabs else None
+
+    def _on_crash(self, page: "Page") -> None:
+        self._crashed.add(page)
 
     def _on_context_close(self, _ctx: Any) -> None:
         if not self._closing:
@@ -634,6 +697,15 @@ class Browser(Environment):
         """The current tab's page, opening a blank one when no tab is left."""
         assert self._context is not None
         page = self._tabs.get(self._current) if self._current is not None else None
+        if page is not None and page in self._crashed:
+            self._crashed.discard(page)
+            self._notes.append(f"Tab [{self._current}] had crashed ({page.url}); it was replaced by a new tab.")
+            try:
+                await page.close()
+            except Exception:  # noqa: BLE001 - a crashed page may refuse to close
+                pass
+            self._on_page_close(page)
+            page = None
         if page is None or page.is_closed():
             page = await self._context.new_page()
             self._register(page)
@@ -641,9 +713,7 @@ class Browser(Environment):
 
     # -- downloads and PDFs ----------------------------------------------------------------------
     def _on_download(self, download: "Download") -> None:
-        task = asyncio.ensure_future(self._save_download(download))
-        self._downloads.add(task)
-        task.add_done_callback(self._downloads.discard)
+        self._downloads.append(asyncio.ensure_future(self._save_download(download)))
 
     def _target(self, name: str) -> Path:
         folder = self.folder / "downloads"
@@ -661,12 +731,13 @@ class Browser(Environment):
             await download.save_as(path)
         except Exception as exc:  # noqa: BLE001 - reported as a note
             return f"A download of {download.url} failed: {_short(exc)}"
-        self._saved.add(download.url)
+        self._saved[download.url] = path
         return self._describe_file(path, download.url)
 
     def _describe_file(self, path: Path, url: str) -> str:
         size = path.stat().st_size
-        head = path.read_bytes()[:5]
+        with path.open("rb") as fh:
+            head = fh.read(5)
         if head == b"%PDF-" or path.suffix.lower() == ".pdf":
             text = _pdf_text(path)
             extra = text if text is not None else "install pypdf to read its text"
@@ -676,7 +747,8 @@ class Browser(Environment):
     async def _drain_downloads(self) -> list[str]:
         if not self._downloads:
             return []
-        done, pending = await asyncio.wait(set(self._downloads), timeout=self._left(5.0))
+        done, pending = await asyncio.wait(list(self._downloads), timeout=self._left(5.0))
+        self._downloads = [t for t in self._downloads if t not in done]
         notes = [t.result() for t in done if not t.cancelled() and t.exception() is None]
         notes += [f"A download is still running; it will be saved into {self.folder / 'downloads'}."] * bool(pending)
         return notes
@@ -690,11 +762,23 @@ class Browser(Environment):
         name = Path(urlparse(url).path).name or "document.pdf"
         path = self._target(name if name.lower().endswith(".pdf") else name + ".pdf")
         path.write_bytes(body)
-        self._saved.add(url)
+        self._saved[url] = path
         tab_id = self._tab_id(page)
         if tab_id is not None:
             self._pdf_tabs[tab_id] = path
         return self._describe_file(path, url)
+
+    async def _pdf_note(self, page: "Page", url: str) -> str:
+        """A tab that shows a PDF: save it once (per URL) and remember which file the tab shows."""
+        tab_id = self._tab_id(page)
+        if url in self._saved and self._saved[url].exists():
+            if tab_id is not None:
+                self._pdf_tabs[tab_id] = self._saved[url]
+            return f"{url} is a PDF, already saved to {self._saved[url]}."
+        try:
+            return await self._save_pdf(page, url)
+        except Exception as exc:  # noqa: BLE001
+            return f"{url} is a PDF but could not be saved: {_short(exc)}"
 
     # -- the action frame -----------------------------------------------------------------------
     async def _run(self, work: Callable[["Page"], Awaitable[str]], *, refresh: bool = True) -> str:
@@ -713,13 +797,14 @@ class Browser(Environment):
                     await self._refresh()
                 raise EnvironmentFailure("\n".join([*notes, str(exc)])) from None
             except Exception as exc:
-                if _is_closed_error(exc) and (self._dead or self._context is None or not self._context.pages):
+                if _is_closed_error(exc) and not self._connected():
                     self._dead = True
                     raise EnvironmentFailure(
                         "The browser closed during the action; it will be restarted at the next action."
                     ) from None
                 if type(exc).__name__ == "TimeoutError" and type(exc).__module__.startswith("playwright"):
-                    message = f"timed out after {self.op_timeout:g} s: {_short(exc)}"
+                    why = _reason(exc)
+                    message = f"timed out after {self.op_timeout:g} s: {_short(exc)}" + (f" ({why})" if why else "")
                 else:
                     message = _short(exc)
                 if refresh:
@@ -732,20 +817,31 @@ class Browser(Environment):
         notes, self._notes = self._notes, []
         return notes
 
+    def _connected(self) -> bool:
+        if self._context is None or self._dead:
+            return False
+        if self._browser_pid and not _alive(self._browser_pid):  # killed: the close event may still be on its way
+            return False
+        try:
+            browser = self._context.browser
+            return browser is None or browser.is_connected()
+        except Exception:  # noqa: BLE001
+            return False
+
     async def _ensure_alive(self) -> list[str]:
         """Restart the browser when it crashed or was closed; the note says so."""
-        if self._context is not None and not self._dead:
-            try:
-                alive = self._context.browser is None or self._context.browser.is_connected()
-            except Exception:  # noqa: BLE001
-                alive = False
-            if alive:
-                return []
+        if self._connected():
+            return []
         was_running = self._context is not None
         if was_running:
-            self._closing = True
+            await self._close_browser()  # Playwright's driver is kept: only the browser is relaunched
+        try:
+            await self.start()
+        except EnvironmentFailure:
+            raise
+        except Exception:  # noqa: BLE001 - the driver may be broken too: start from scratch
             await self.stop()
-        await self.start()
+            await self.start()
         if not was_running:
             return []
         return ["(The browser had stopped — crashed or closed; a fresh one was started and earlier tabs are gone.)"]
@@ -771,11 +867,14 @@ class Browser(Environment):
             snap = await asyncio.wait_for(page.evaluate(_SNAPSHOT_JS, MAX_ELEMENTS), self._left(2.0))
         except Exception:  # noqa: BLE001 - a page that cannot be read still gets a state
             snap = None
-        if snap and snap.get("contentType") == "application/pdf" and snap.get("url") not in self._saved:
-            try:
-                notes.append(await self._save_pdf(page, snap["url"]))
-            except Exception as exc:  # noqa: BLE001
-                notes.append(f"{snap['url']} is a PDF but could not be saved: {_short(exc)}")
+        tab_id = self._current
+        if snap and snap.get("contentType") == "application/pdf":
+            if tab_id not in self._pdf_tabs:
+                notes.append(await self._pdf_note(page, snap["url"]))
+        elif snap:
+            self._pdf_tabs.pop(tab_id, None)
+        if snap:
+            self._titles[tab_id] = snap.get("title") or ""
         self._state_text = self._format_state(snap)
         if self._left() > 0.3:
             try:
@@ -790,20 +889,23 @@ class Browser(Environment):
         lines = [f"Tabs ({len(self._tabs)}):"]
         for tab_id, page in list(self._tabs.items())[:20]:
             mark = "*" if tab_id == self._current else " "
-            title = page.url if page.is_closed() else ""
-            if snap and tab_id == self._current:
-                title = snap.get("title") or ""
+            title = self._titles.get(tab_id, "")
             lines.append(f"{mark} [{tab_id}] {title[:60]!r} {page.url[:150]}" + (" (current)" if mark == "*" else ""))
         if snap is None:
-            return "\n".join(lines + ["(the current page could not be read)"])[:MAX_STATE_CHARS]
+            page = self._tabs.get(self._current) if self._current is not None else None
+            where = f"Current page: {page.url}" if page is not None and not page.is_closed() else "No current page"
+            return "\n".join(lines + [where, "(its content could not be read)"])[:MAX_STATE_CHARS]
         lines.append(f"Current page: {snap.get('title') or '(no title)'!r} at {snap.get('url')}")
         if snap.get("contentType") == "application/pdf":
             path = self._pdf_tabs.get(self._current) if self._current is not None else None
-            lines.append(f"It is a PDF{f' saved to {path}' if path else ''}; extract returns its text when pypdf is installed.")
-        lines.append(f"Scroll: y={snap.get('scrollY', 0)} of {snap.get('height', 0)} px (viewport {snap.get('viewport', 0)} px)")
+            saved = f" saved to {path}" if path else ""
+            lines.append(f"It is a PDF{saved}; extract returns its text when pypdf is installed.")
+        y, height, view = snap.get("scrollY", 0), snap.get("height", 0), snap.get("viewport", 0)
+        lines.append(f"Scroll: y={y} of {height} px (viewport {view} px)")
         elements = snap.get("elements") or []
         if elements:
-            lines.append(f"Interactive elements ({len(elements)} of {snap.get('total', len(elements))} visible; selector, kind, text):")
+            total = snap.get("total", len(elements))
+            lines.append(f"Interactive elements ({len(elements)} of {total} visible; selector, kind, text):")
         for el in elements:
             bits = [el["selector"], el["kind"]]
             if el.get("text"):
@@ -838,11 +940,15 @@ class Browser(Environment):
         if _ENGINE.match(sel):
             candidates = [page.locator(sel)]
         else:
-            candidates = [page.locator(sel), page.get_by_text(sel, exact=True)]
+            candidates = [page.locator(sel)]
             if fillable:
-                candidates += [page.get_by_placeholder(sel), page.get_by_label(sel)]
-            candidates += [page.get_by_role("button", name=sel), page.get_by_role("link", name=sel),
-                           page.get_by_text(sel)]
+                candidates += [page.get_by_placeholder(sel, exact=True), page.get_by_label(sel, exact=True)]
+            candidates += [
+                page.get_by_text(sel, exact=True),
+                page.get_by_role("button", name=sel),
+                page.get_by_role("link", name=sel),
+                page.get_by_text(sel),
+            ]
         valid = []
         for loc in candidates:
             try:
@@ -880,19 +986,25 @@ class Browser(Environment):
     @staticmethod
     async def _describe(loc: "Locator") -> str:
         try:
-            text = await loc.evaluate(
-                "(el) => el.tagName.toLowerCase() + ' ' + JSON.stringify(((el.innerText || el.value || "
-                "el.getAttribute('aria-label') || el.placeholder || '') + '').replace(/\\s+/g, ' ').trim().slice(0, 60))",
-                timeout=1000,
-            )
+            text = await loc.evaluate(_DESCRIBE_JS, timeout=1000)
             return str(text)
         except Exception:  # noqa: BLE001
             return "the element"
 
+    async def _arm_popup(self, page: "Page") -> int:
+        """Before a click or Enter: reset the page's popup counter; returns how many tabs were opened so far."""
+        if self._page_event is not None:
+            self._page_event.clear()
+        try:
+            await page.evaluate("() => { window.__teaPopups = 0; }")
+        except Exception:  # noqa: BLE001
+            pass
+        return self._pages_opened
+
     async def _popup(self, page: "Page", opened_before: int) -> str | None:
         """After a click: when the page opened a tab (target=_blank, window.open), wait for it."""
         try:
-            flagged = await page.evaluate("() => { const n = window.__teaPopups || 0; window.__teaPopups = 0; return n; }")
+            flagged = await page.evaluate(_POPUPS_JS)
         except Exception:  # noqa: BLE001 - navigated away: no popup flag to read
             flagged = 0
         if flagged and self._pages_opened == opened_before and self._page_event is not None:
@@ -925,6 +1037,10 @@ class Browser(Environment):
         except PlaywrightError as exc:
             text = str(exc)
             if "Download is starting" in text:
+                for _ in range(20):  # the download event may arrive just after the error
+                    if self._downloads or self._left() < 0.5:
+                        break
+                    await asyncio.sleep(0.05)
                 notes = await self._drain_downloads()
                 return "\n".join(notes) or f"{url} started a download into {self.folder / 'downloads'}"
             if _is_closed_error(exc):
@@ -940,11 +1056,16 @@ class Browser(Environment):
         ctype = (response.headers.get("content-type", "") if response else "").split(";")[0].strip().lower()
         if ctype == "application/pdf":
             body = None
-            try:
+            try:  # Chromium's PDF viewer may answer with its own placeholder page: then fetch the file
                 body = await response.body() if response else None
-            except Exception:  # noqa: BLE001 - the viewer may hold the body: fetch it again
+            except Exception:  # noqa: BLE001
                 body = None
-            return await self._save_pdf(page, page.url, body)
+            if body is not None and not body.startswith(b"%PDF-"):
+                body = None
+            try:
+                return await self._save_pdf(page, page.url, body)
+            except Exception as exc:  # noqa: BLE001 - the page is open; only the copy failed
+                return f"{page.url} is a PDF (shown in tab [{tab}]) but could not be saved: {_short(exc)}"
         await self._settle(page)
         title = await page.title()
         status = f" (HTTP {response.status} {response.status_text})" if response and response.status >= 400 else ""
@@ -972,13 +1093,7 @@ class Browser(Environment):
         async def work(page: "Page") -> str:
             loc = await self._find(page, selector)
             what = await self._describe(loc)
-            opened = self._pages_opened
-            if self._page_event is not None:
-                self._page_event.clear()
-            try:
-                await page.evaluate("() => { window.__teaPopups = 0; }")
-            except Exception:  # noqa: BLE001
-                pass
+            opened = await self._arm_popup(page)
             await loc.click(timeout=self._left(self.op_timeout) * 1000)
             popup = await self._popup(page, opened)
             if popup:
@@ -1001,10 +1116,11 @@ class Browser(Environment):
 
         async def work(page: "Page") -> str:
             loc = await self._find(page, selector, fillable=True)
+            what = await self._describe(loc)
             await loc.fill(text, timeout=self._left(self.op_timeout) * 1000)
-            out = f"Typed {text[:80]!r} into {await self._describe(loc)}"
+            out = f"Typed {text[:80]!r} into {what}"
             if press_enter:
-                opened = self._pages_opened
+                opened = await self._arm_popup(page)
                 await loc.press("Enter", timeout=self._left(self.op_timeout) * 1000)
                 popup = await self._popup(page, opened)
                 if popup:
@@ -1016,13 +1132,14 @@ class Browser(Environment):
         return await self._run(work)
 
     @action
-    async def scroll(self, direction: Literal["down", "up"] = "down", amount: float = 1.0,
-                     unit: Literal["pages", "pixels"] = "pages") -> str:
+    async def scroll(
+        self, direction: Literal["down", "up"] = "down", amount: float = 1.0, unit: Literal["pages", "pixels"] = "pages"
+    ) -> str:
         """Scroll the current page (or its main scrollable area) up or down.
 
         Args:
             direction: "down" or "up".
-            amount: How far, in ``unit``s (e.g. 1 page, or 500 pixels).
+            amount: How far, counted in the unit (e.g. 1 page, or 500 pixels).
             unit: "pages" (viewport heights) or "pixels".
         """
 
@@ -1120,24 +1237,30 @@ class Browser(Environment):
             limit = max(200, min(int(max_chars), 20_000))
             offset = max(0, int(start))
             tab = self._tab_id(page)
-            pdf = self._pdf_tabs.get(tab) if tab is not None else None
-            if pdf is not None:
+            if await page.evaluate("() => document.contentType") == "application/pdf":
+                note = "" if tab in self._pdf_tabs else await self._pdf_note(page, page.url) + "\n"
+                pdf = self._pdf_tabs.get(tab)
+                if pdf is None:
+                    return note.strip()
                 text = _pdf_text(pdf)
                 body = text if text is not None else "(install pypdf to read PDF text)"
                 header = f"PDF {page.url}, saved to {pdf} ({pdf.stat().st_size:,} bytes)"
-                return f"{header}\n\n{body[offset: offset + limit]}"
+                return f"{note}{header}\n\n{body[offset : offset + limit]}"
             md = await page.evaluate(_MARKDOWN_JS, [selector, offset + limit + 100_000])
             if md is None:
                 raise EnvironmentFailure(f"no element matches {selector!r} on {page.url}")
             title = await page.title()
             header = f"# {title}\nURL: {page.url}\n\n" if offset == 0 and not selector else ""
-            chunk = md[offset: offset + limit]
+            chunk = md[offset : offset + limit]
             if not chunk.strip():
-                return f"{header}(no text{' past offset ' + str(offset) if offset else ''}; {len(md)} characters in all)"
+                past = f" past offset {offset}" if offset else ""
+                return f"{header}(no text{past}; {len(md)} characters in all)"
             more = ""
             if offset + limit < len(md):
-                more = (f"\n\n[… characters {offset}–{offset + limit} of {len(md)}; call extract with "
-                        f"start={offset + limit} for more]")
+                more = (
+                    f"\n\n[… characters {offset}–{offset + limit} of {len(md)}; call extract with "
+                    f"start={offset + limit} for more]"
+                )
             return header + chunk + more
 
         return await self._run(work, refresh=False)
@@ -1159,11 +1282,31 @@ class Browser(Environment):
             path = folder / f"screenshot-{self._shots}.png"
             path.write_bytes(png)
             width, height = _png_size(png)
-            return (f"Screenshot of tab [{self._current}] ({page.url}): {width}x{height} PNG, "
-                    f"{len(png) // 1024} KB, saved to {path}; it is attached as the vision image.")
+            return (
+                f"Screenshot of tab [{self._current}] ({page.url}): {width}x{height} PNG, "
+                f"{len(png) // 1024} KB, saved to {path}; it is attached as the vision image."
+            )
 
         out = await self._run(work, refresh=False)
         return out
+
+
+async def _stop_quietly(pw: "Playwright") -> None:
+    try:
+        await asyncio.wait_for(pw.stop(), 5)
+    except Exception:  # noqa: BLE001 - best effort
+        pass
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process runs (not gone, not a zombie); True when /proc cannot tell."""
+    if not os.path.isdir("/proc"):
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
 
 
 def _kill(pid: int) -> None:

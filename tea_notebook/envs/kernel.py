@@ -377,6 +377,7 @@ class KernelEnvironment(Environment):
             with box["lock"]:
                 thread = box.get("thread")
                 if thread is not None and not box.get("done"):
+                    box["timed_out"] = True
                     ctypes.pythonapi.PyThreadState_SetAsyncExc(
                         ctypes.c_ulong(thread), ctypes.py_object(KeyboardInterrupt)
                     )
@@ -408,11 +409,12 @@ class KernelEnvironment(Environment):
                                 result = _cut(
                                     _FULL.repr(value) if _attr(value, "shape") is None else repr(value), self.max_chars
                                 )
-                    except KeyboardInterrupt:
-                        error = "KeyboardInterrupt: interrupted (the action's time limit was reached)"
-                    except BaseException:  # noqa: BLE001 - the code's exception is the observation
-                        kind, exc, tb = sys.exc_info()
-                        error = "".join(traceback.format_exception(kind, exc, tb.tb_next if tb else None))
+                    except BaseException as exc:  # noqa: BLE001 - the code's exception is the observation
+                        if isinstance(exc, KeyboardInterrupt) and box.get("timed_out"):
+                            error = "KeyboardInterrupt: interrupted (the action's time limit was reached)"
+                        else:
+                            tb = exc.__traceback__
+                            error = "".join(traceback.format_exception(type(exc), exc, tb.tb_next if tb else None))
         finally:
             with box["lock"]:
                 box["done"] = True

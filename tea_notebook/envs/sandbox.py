@@ -34,7 +34,7 @@ CHILD = Path(__file__).with_name("_sandbox_child.py")
 PASSED_VARIABLES = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM")
 UNPRIVILEGED = 65534  # nobody
 LIMIT_TEXT = {
-    "timeout": "killed at the wall-clock limit of {timeout:g} s",
+    "timeout": "stopped at the wall-clock limit of {timeout:g} s",
     "cpu": "stopped at the CPU-time limit of {cpu:g} s",
     "memory": "stopped at the memory limit of {memory_mb} MB",
     "processes": "stopped at the process limit of {processes} processes",
@@ -90,7 +90,8 @@ class PythonSandbox(Environment):
     rules = (
         "Use run_python for Python (the value of the last expression is shown, like a REPL) and run_shell for "
         "shell commands. The working directory is the sandbox folder inside this run's folder (the run folder, "
-        "where the files environment works, is '..'); files you write stay for the run. There are no API keys or secrets in this environment. A call that hits a limit is stopped "
+        "where the files environment works, is '..'); files you write stay for the run. There are no API keys or "
+        "secrets in this environment. A call that hits a limit is stopped "
         "and says which limit; after a hard kill the variables are gone."
     )
     category = "code"
@@ -115,6 +116,7 @@ class PythonSandbox(Environment):
         if timeout <= 0 or memory_mb <= 0 or processes <= 0:
             raise ValueError("timeout, memory_mb and processes must be positive")
         self.timeout = float(timeout)
+        self.action_timeout = self.timeout + 30  # the sandbox enforces its own limits; this is a backstop
         self.cpu_seconds = float(cpu_seconds or timeout)
         self.memory_mb = int(memory_mb)
         self.processes = int(processes)
@@ -131,14 +133,10 @@ class PythonSandbox(Environment):
         self._buffer = b""
         self._main: int | None = None
         self._pids_group: Path | None = None
+        self._inflight: int | None = None
         self.calls = 0
         self.restarts = 0
         self.last: ExecResult | None = None
-
-    # the sandbox enforces its own time limits; the environment-level limit is only a backstop
-    @property
-    def action_timeout(self) -> float:  # type: ignore[override]
-        return self.timeout + 30
 
     # -- lifecycle -------------------------------------------------------------------------
     async def start(self) -> None:
@@ -174,8 +172,15 @@ class PythonSandbox(Environment):
                 pass
 
     def _identity(self) -> tuple[int | None, int | None]:
-        """Run as ``nobody`` when we are root and the interpreter is readable by other users."""
-        if self.drop_privileges and os.geteuid() == 0 and _readable_by_others(self.python):
+        """Run as ``nobody`` when we are root, the interpreter is readable by other users and the
+        run folder can be reached by them (under a private home folder it cannot: the sandbox then
+        stays this user, in its own process namespace when available)."""
+        if (
+            self.drop_privileges
+            and os.geteuid() == 0
+            and _readable_by_others(self.python)
+            and _reachable_by_others(self.folder)
+        ):
             return UNPRIVILEGED, UNPRIVILEGED
         return None, None
 
@@ -209,8 +214,8 @@ class PythonSandbox(Environment):
         return env
 
     def _spawn(self) -> None:
-        uid, gid = self._identity()
         (self.workdir / ".tmp").mkdir(parents=True, exist_ok=True)
+        uid, gid = self._identity()
         if uid is not None:
             for path in (self.workdir, self.workdir / ".tmp"):
                 os.chown(path, uid, gid)
@@ -227,7 +232,7 @@ class PythonSandbox(Environment):
             "uid": uid,
             "gid": gid,
         }
-        root_inside = (uid is None and os.geteuid() == 0)
+        root_inside = uid is None and os.geteuid() == 0
         config["nproc"] = None if root_inside else config["nproc"]  # RLIMIT_NPROC does not bind root
         started = time.perf_counter()
         prefix = _namespace_prefix()
@@ -256,19 +261,26 @@ class PythonSandbox(Environment):
 
     # -- talking to the child ---------------------------------------------------------------
     def _read_line(self, deadline: float) -> dict[str, Any] | None:
-        """The next JSON line from the child, or None at the deadline or when it died."""
+        """The next JSON line from the child, or None at the deadline, when it died or when the
+        session was stopped meanwhile (``kill`` from another thread closes the pipe)."""
         proc = self._proc
         if proc is None or proc.stdout is None:
             return None
-        fd = proc.stdout.fileno()
+        try:
+            fd = proc.stdout.fileno()
+        except ValueError:
+            return None
         while b"\n" not in self._buffer:
             remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            if remaining <= 0 or self._proc is not proc:
                 return None
-            ready, _, _ = select.select([fd], [], [], min(remaining, 0.5))
-            if not ready:
-                continue
-            chunk = os.read(fd, 65536)
+            try:
+                ready, _, _ = select.select([fd], [], [], min(remaining, 0.5))
+                if not ready:
+                    continue
+                chunk = os.read(fd, 65536)
+            except (OSError, ValueError):
+                return None
             if not chunk:
                 return None
             self._buffer += chunk
@@ -283,10 +295,11 @@ class PythonSandbox(Environment):
         proc.stdin.flush()
 
     def interrupt(self) -> None:
-        """Stop the code running now (it sees KeyboardInterrupt); the session survives."""
+        """Stop the code running now (it sees KeyboardInterrupt); the session survives. A request
+        that was sent but has not started yet is stopped before it runs."""
         try:
-            self._send({"op": "interrupt"})
-        except (BrokenPipeError, OSError):
+            self._send({"op": "interrupt", "id": self._inflight})
+        except (BrokenPipeError, OSError, ValueError):
             pass
 
     def request(self, op: str, timeout: float | None = None, **fields: Any) -> ExecResult:
@@ -301,24 +314,46 @@ class PythonSandbox(Environment):
                 self._spawn()
                 self.restarts += restarted
             rid = next(self._ids)
+            proc, forks_failed = self._proc, self._fork_failures()
+            self._inflight = rid
             try:
                 self._send({"id": rid, "op": op, "timeout": limit, **fields})
-            except (BrokenPipeError, OSError):
+            except (BrokenPipeError, OSError, ValueError):
+                self._inflight = None
                 self.kill()
                 raise EnvironmentFailure("the sandbox process is gone; the next call starts a new one") from None
-            answer = self._read_line(time.monotonic() + limit + 2.0)
+            deadline = time.monotonic() + limit + 2.0
+            answer = self._read_line(deadline)
+            while answer is not None and answer.get("id") not in (rid, None):  # a late answer to an older call
+                answer = self._read_line(deadline)
+            self._inflight = None
+            if answer is None and self._proc is not proc:  # stopped from outside (the run ended)
+                result = ExecResult(error={"type": "SandboxStopped", "message": "the session was stopped"})
+                result.notes.append("The sandbox was stopped while the code ran; variables were lost.")
+                self.last = result
+                return result
             if answer is None:
                 died = self._proc is not None and self._proc.poll() is not None
                 signal_no = -self._proc.returncode if died and self._proc.returncode < 0 else None
+                out_of_memory = not died and self._at_memory_limit()
                 self.kill()
-                if died:
+                if out_of_memory:
+                    result = ExecResult(error={"type": "MemoryError", "message": "no answer"}, limit="memory")
+                    result.notes.append(
+                        f"Killed: the code used up the memory limit of {self.memory_mb} MB and the interpreter "
+                        f"stopped responding; the session was restarted and variables were lost."
+                    )
+                elif died:
                     cause = self._death_cause(signal_no)
-                    result = ExecResult(error={"type": "SandboxDied", "message": cause}, limit=self._death_limit(signal_no))
+                    result = ExecResult(
+                        error={"type": "SandboxDied", "message": cause}, limit=self._death_limit(signal_no)
+                    )
                     result.notes.append(f"The sandbox process died ({cause}); variables were lost.")
                 else:
                     result = ExecResult(error={"type": "LimitHit", "message": "no answer"}, limit="timeout")
                     result.notes.append(
-                        f"Killed at the wall-clock limit of {limit:g} s; the session was restarted and variables were lost."
+                        f"Killed at the wall-clock limit of {limit:g} s; the session was restarted and variables "
+                        "were lost."
                     )
                 result.restarted = restarted
                 self.last = result
@@ -340,6 +375,12 @@ class PythonSandbox(Environment):
             if result.limit and result.limit != "interrupted":
                 result.notes.append(self._limit_note(result.limit, limit))
                 self._reap_strays()
+            elif self._fork_failures() > forks_failed:  # a shell (or caught error) met the process limit
+                result.notes.append(
+                    f"Sandbox limit: the process limit of {self.processes} processes was reached during this "
+                    "call (starting a process failed); processes left over were stopped."
+                )
+                self._reap_strays()
             if restarted:
                 result.notes.append("(the sandbox had stopped and was restarted: earlier variables are gone)")
             self.last = result
@@ -347,10 +388,30 @@ class PythonSandbox(Environment):
 
     def _limit_note(self, kind: str, timeout: float) -> str:
         text = LIMIT_TEXT.get(kind, kind).format(
-            timeout=timeout, cpu=self.cpu_seconds, memory_mb=self.memory_mb, processes=self.processes,
+            timeout=timeout,
+            cpu=self.cpu_seconds,
+            memory_mb=self.memory_mb,
+            processes=self.processes,
             file_mb=self.file_mb,
         )
         return f"Sandbox limit: {text}. The session continues with its variables."
+
+    def _fork_failures(self) -> int:
+        """How often the pids cgroup refused a new process (0 without one)."""
+        if self._pids_group is None:
+            return 0
+        for line in _read(self._pids_group / "pids.events").splitlines():
+            if line.startswith("max "):
+                return int(line.split()[1])
+        return 0
+
+    def _at_memory_limit(self) -> bool:
+        """True when the interpreter's address space reached (nearly) its limit."""
+        pid = self._main or (self._proc.pid if self._proc is not None else None)
+        for line in _read(Path(f"/proc/{pid}/status")).splitlines():
+            if line.startswith("VmSize:"):
+                return int(line.split()[1]) >= self.memory_mb * 1024 * 0.95
+        return False
 
     @staticmethod
     def _death_limit(signal_no: int | None) -> str | None:
@@ -492,17 +553,29 @@ def _child_of(pid: int) -> int:
 
 
 def _readable_by_others(python: str) -> bool:
-    """True when a user with no privileges could run ``python`` and read its standard library."""
+    """True when a user with no privileges could run ``python`` and read its standard library
+    (``<prefix>/lib`` of that interpreter, which need not be this one)."""
     real = Path(os.path.realpath(python))
-    base = Path(sys.base_prefix).resolve()
-    for path in (real, base / "lib"):
-        for part in [path, *path.parents]:
-            try:
-                mode = part.stat().st_mode
-            except OSError:
-                return False
-            if part.is_dir() and not mode & 0o001:
-                return False
+    try:
+        if (real.stat().st_mode & 0o005) != 0o005:  # readable and runnable by others
+            return False
+    except OSError:
+        return False
+    return all(_reachable_by_others(path) for path in (real.parent, real.parent.parent / "lib"))
+
+
+def _reachable_by_others(folder: Path) -> bool:
+    """True when every existing folder on the way to ``folder`` can be entered by other users."""
+    path = Path(os.path.abspath(folder))
+    for part in [path, *path.parents]:
+        try:
+            mode = part.stat().st_mode
+        except FileNotFoundError:
+            continue  # created later (as root, 0o755 under the default umask)
+        except OSError:
+            return False
+        if not mode & 0o001:
+            return False
     return True
 
 
@@ -537,6 +610,7 @@ def _pids_cgroup(limit: int, pids: list[int]) -> Path | None:
             continue
         if root.name != "pids" and "pids" not in _read(root / "cgroup.controllers"):
             continue
+        _remove_stale_groups(root)
         group = root / f"tea-sandbox-{os.getpid()}-{next(_CGROUP_IDS)}"
         try:
             group.mkdir(exist_ok=True)
@@ -547,6 +621,17 @@ def _pids_cgroup(limit: int, pids: list[int]) -> Path | None:
         except OSError:
             _remove_cgroup(group)
     return None
+
+
+def _remove_stale_groups(root: Path) -> None:
+    """Remove the empty groups that sandboxes of processes which died without cleaning up left."""
+    for group in root.glob("tea-sandbox-*-*"):
+        owner = group.name.split("-")[2]
+        if owner.isdigit() and not Path(f"/proc/{owner}").exists():
+            try:
+                group.rmdir()
+            except OSError:
+                pass
 
 
 def _remove_cgroup(group: Path) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tea_notebook import _sync
-from tea_notebook.envs.base import Environment
+from tea_notebook.envs.base import Environment, EnvironmentFailure
 
 if TYPE_CHECKING:
     from tea_notebook.protocol.context import Context
@@ -90,7 +90,10 @@ class EnvironmentRuntime:
 
     def vision(self, context: "Context | None" = None) -> bytes | None:
         env = self.session(context)
-        return env.vision() if env is not None else None
+        try:
+            return env.vision() if env is not None else None
+        except Exception:  # noqa: BLE001 - no screenshot is better than a failed step
+            return None
 
 
 class SessionManager:
@@ -137,7 +140,15 @@ class SessionManager:
             env = runtime.cls(self.folder(key[1]), context=context, **runtime.config)
             env.name = runtime.name  # type: ignore[misc] - the registered name, per instance
             _register_atexit()
-            await env.start()
+            try:
+                await asyncio.wait_for(env.start(), env.start_timeout)
+            except BaseException as exc:
+                await _stop(env)  # a half-started session releases what it holds
+                if isinstance(exc, asyncio.TimeoutError):
+                    raise EnvironmentFailure(
+                        f"{runtime.name} did not start within {env.start_timeout:g} s"
+                    ) from None
+                raise
             self.sessions[key] = env
             future.set_result(env)
             return env
@@ -160,10 +171,7 @@ class SessionManager:
             for k in chosen:
                 env = self.sessions.pop(k, None)
                 if env is not None:
-                    try:
-                        await env.stop()
-                    except Exception:  # noqa: BLE001 - stopping is best effort; kill what is left
-                        env.kill()
+                    await _stop(env)
 
         loop = _sync._background_loop()
         try:
@@ -199,6 +207,14 @@ class SessionManager:
             except Exception:  # noqa: BLE001 - exiting anyway
                 pass
         self.sessions.clear()
+
+
+async def _stop(env: Environment) -> None:
+    """Stop a session within its time limit; kill what a failed or hung stop leaves behind."""
+    try:
+        await asyncio.wait_for(env.stop(), env.stop_timeout)
+    except BaseException:  # noqa: BLE001 - stopping is best effort
+        env.kill()
 
 
 def _register_atexit() -> None:

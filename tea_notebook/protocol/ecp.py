@@ -57,10 +57,10 @@ class EnvironmentRegistry(Registry[EnvironmentRecord]):
         cls = load_class(env) if isinstance(env, str) else env
         if not (isinstance(cls, type) and issubclass(cls, Environment)):
             raise TypeError(f"ws.envs.add takes an Environment subclass, not {cls!r}")
-        try:  # unknown options fail here, before anything is registered
-            inspect.signature(cls).bind(self.manager.folder("check"), **config)
-        except TypeError as exc:
-            raise TypeError(f"{cls.__name__}: {exc}") from None
+        try:  # bad options fail here, before anything is registered (__init__ starts nothing)
+            cls(self.manager.folder("check"), **config)
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"{cls.__name__}: {exc}") from None
         record = cls.record(name, description)
         return self.register(record, note="live environment", runtime=EnvironmentRuntime(
             self.manager, record.name, cls, config))
