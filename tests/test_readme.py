@@ -89,3 +89,17 @@ def test_notebook_examples_run_in_a_shell(tmp_path, monkeypatch):
         if opened is not None:
             opened.close()  # the magics made it current; leave no current workspace behind
         InteractiveShell.clear_instance()
+
+
+def test_environment_examples_run_and_do_what_they_say(ws):
+    section = README[README.index("\n## Environments\n") : README.index("\n## Layout")]
+    blocks = re.findall(r"```python\n(.*?)```", section, re.S)
+    ns: dict = {"ws": ws}
+    exec(blocks[0], ns)  # noqa: S102 - our own README: an agent run with the offline model, then direct calls
+    assert ws.envs.sessions() == []  # the example ends with release()
+    assert ws.envs.invoke("python", "run_python", {"code": "x = 6 * 7\nx"}).value == "value: 42"
+    exec(blocks[2], ns)  # noqa: S102 - a custom environment
+    assert ws.envs.invoke("thermostat", "set_temperature", {"celsius": 21}).value == "set to 21 °C"
+    assert ws.envs.state("thermostat") == "21 °C"
+    assert [a.name for a in ws.envs.get("thermostat").actions] == ["set_temperature"]
+    ws.envs.release()
