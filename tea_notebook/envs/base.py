@@ -113,7 +113,7 @@ class Environment:
         """Action name → unbound method, in definition order."""
         out: dict[str, Callable[..., Any]] = {}
         for klass in reversed(cls.__mro__):
-            for attr, value in vars(klass).items():
+            for value in vars(klass).values():
                 meta = getattr(value, _ACTION, None)
                 if meta is not None:
                     out[meta["name"]] = value

@@ -145,9 +145,7 @@ class SessionManager:
             except BaseException as exc:
                 await _stop(env)  # a half-started session releases what it holds
                 if isinstance(exc, asyncio.TimeoutError):
-                    raise EnvironmentFailure(
-                        f"{runtime.name} did not start within {env.start_timeout:g} s"
-                    ) from None
+                    raise EnvironmentFailure(f"{runtime.name} did not start within {env.start_timeout:g} s") from None
                 raise
             self.sessions[key] = env
             future.set_result(env)

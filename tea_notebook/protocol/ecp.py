@@ -62,8 +62,9 @@ class EnvironmentRegistry(Registry[EnvironmentRecord]):
         except (TypeError, ValueError) as exc:
             raise type(exc)(f"{cls.__name__}: {exc}") from None
         record = cls.record(name, description)
-        return self.register(record, note="live environment", runtime=EnvironmentRuntime(
-            self.manager, record.name, cls, config))
+        return self.register(
+            record, note="live environment", runtime=EnvironmentRuntime(self.manager, record.name, cls, config)
+        )
 
     def ensure(self, name: str) -> EnvironmentRecord:
         """The environment ``name``, adding a built-in one (python, files, browser, kernel) on first

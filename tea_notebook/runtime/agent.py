@@ -24,13 +24,13 @@ from tea_notebook.models.client import (
     ModelError,
     ModelReply,
     ToolCall,
-    display_name,
     is_offline,
     resolve_model,
 )
 from tea_notebook.protocol.context import Context
 from tea_notebook.protocol.records import AgentRecord
 from tea_notebook.runtime.prompts import DONE_TOOL, StepRecord, build_messages
+from tea_notebook.runtime.runlog import RunInterrupted, RunLog
 from tea_notebook.runtime.todo import TodoList
 
 if TYPE_CHECKING:
@@ -73,10 +73,6 @@ TODO_TOOL = {
         "parameters": TODO_SCHEMA,
     },
 }
-
-
-class RunInterrupted(TeaError):
-    """Raised inside a run when it is cancelled (turned into status 'interrupted')."""
 
 
 @dataclass
@@ -305,7 +301,7 @@ class Agent:
         )
 
 
-class _Run:
+class _Run(RunLog):
     """The state of one run; ``execute`` is the loop."""
 
     def __init__(
@@ -319,28 +315,14 @@ class _Run:
         replay: list[StepRecord] | None,
         fork: tuple[str, int] | None,
     ):
-        self.agent, self.task, self.files, self.max_steps = agent, task, files, max_steps
-        self.ws = agent.workspace
-        self.model, self.model_source = agent.resolved_model(model)
-        self.events = self.ws.events
-        self.run_id = self.events.new_id()
-        self.ctx = Context(self.run_id, parent=parent)
-        self.ctx.is_run = True  # type: ignore[attr-defined]
-        if not getattr(parent, "is_run", False):
-            # a caller's plain context (a notebook cell's) lends only its stop signal: this run is the
-            # root of its own tree, with its own grants, sessions and run folder
-            self.ctx.root = self.run_id
-            self.ctx.grants = set(parent.grants) if parent is not None else set()
-        # a caller's plain context only shares its stop signal; a calling run becomes the parent run
-        self.parent_run = parent.id if getattr(parent, "is_run", False) else None
-        self.folder = self.ws.path / "runs" / self.run_id
+        resolved, source = agent.resolved_model(model)
+        super().__init__(agent.workspace, agent.name, task, resolved, source, parent)
+        self.agent, self.files, self.max_steps = agent, files, max_steps
         self.todo = TodoList(self.folder / "todo.md") if agent.todo else None
         self.steps: list[StepRecord] = list(replay or [])
         self.last_step = len(self.steps)
         self.summaries: list[str] = []
         self.insights: list[str] = self.ws.memory_store.recall(task) if len(self.ws.memory) else []
-        self.prompt_tokens = self.completion_tokens = 0
-        self.cost = 0.0
         self.fork = fork
         self.agent_tools: set[str] = set()
         self.native = self._native()
@@ -356,11 +338,6 @@ class _Run:
             return bool(_litellm().supports_function_calling(model=self.model))
         except Exception:  # noqa: BLE001 - unknown model: the JSON protocol works everywhere
             return False
-
-    def emit(self, type_: str, data: dict[str, Any] | None = None, step: int | None = None) -> None:
-        payload = {"root_run": self.ctx.root, "agent": self.agent.name, **(data or {})}
-        durable = type_ in ("run_started", "step", "error", "run_finished")  # one write per step
-        self.events.emit(self.run_id, type_, payload, parent_id=self.parent_run, step=step, flush=durable)
 
     # -- tools ----------------------------------------------------------------------------
     def _offered(self) -> tuple[list[dict[str, Any]], set[str]]:
@@ -484,9 +461,7 @@ class _Run:
         reply = await self._cancellable(
             self.agent.client.complete(self.model, messages, tools if self.native else None)
         )
-        self.prompt_tokens += reply.prompt_tokens
-        self.completion_tokens += reply.completion_tokens
-        self.cost += reply.cost
+        self.count(reply)
         self.emit(
             "model_response",
             {
@@ -572,40 +547,12 @@ class _Run:
         return task.result()
 
     async def execute(self) -> RunResult:
-        from tea_notebook.runtime.events import redact
-
-        redact.refresh()  # secrets set since the last run are known before the first event
-        ws = self.ws
-        ws.db.start_run(
-            {
-                "id": self.run_id,
-                "parent_id": self.parent_run,
-                "agent": self.agent.name,
-                "task": redact(self.task),
-                "model": self.model,
-                "started": time.time(),
-                "forked_from": self.fork[0] if self.fork else None,
-                "fork_step": self.fork[1] if self.fork else None,
-            }
-        )
-        note = None
-        if self.model_source == "default":
-            from tea_notebook.models.client import NO_MODEL_NOTE
-
-            note = NO_MODEL_NOTE
-        self.emit(
-            "run_started",
-            {
-                "task": self.task,
-                "files": self.files,
-                "model": self.model,
-                "model_display": display_name(self.model),
-                "model_source": self.model_source,
-                "note": note,
-                "max_steps": self.max_steps,
-                "native_tools": self.native,
-                "forked_from": self.fork[0] if self.fork else None,
-            },
+        self.start(
+            fork=self.fork,
+            files=self.files,
+            max_steps=self.max_steps,
+            native_tools=self.native,
+            forked_from=self.fork[0] if self.fork else None,
         )
         for replayed in self.steps:
             self.emit("step", {**_step_data(replayed), "replayed": True}, replayed.number)
@@ -706,30 +653,7 @@ class _Run:
             submit(self.ws.envs.arelease(self.run_id))
 
     def _close(self, status: str, answer: str, error: str | None, files: list[str] | None = None) -> RunResult:
-        steps = self.last_step
-        # the run's totals include its sub-agents' calls (what this task cost); own calls are
-        # in the trajectory's ledger by agent
-        nested = [r for r in self.ws.db.descendants(self.run_id) if r != self.run_id]
-        prompt, completion, cost = self.ws.db.model_usage(nested)
-        self.prompt_tokens += prompt
-        self.completion_tokens += completion
-        self.cost += cost
-        self.emit(
-            "run_finished",
-            {
-                "status": status,
-                "answer": answer,
-                "error": error,
-                "steps": steps,
-                "prompt_tokens": self.prompt_tokens,
-                "completion_tokens": self.completion_tokens,
-                "cost": self.cost,
-                "files": files or [],
-            },
-        )
-        from tea_notebook.runtime.events import redact
-
-        self.ws.db.finish_run(self.run_id, status, redact(answer or error or ""))
+        self.close(status, answer, error, self.last_step, files)
         return RunResult(
             self.run_id,
             self.agent.name,
@@ -737,7 +661,7 @@ class _Run:
             self.model,
             status,
             answer or (error or ""),
-            steps,
+            self.last_step,
             self.prompt_tokens,
             self.completion_tokens,
             self.cost,

@@ -1,0 +1,209 @@
+"""What every recorded run shares, agent loop or not: its id and context, its events, its totals.
+
+:class:`RunLog` starts a run in the store, emits its events, counts model usage and closes it with
+totals that include its sub-runs. The agent loop builds on it, and so does :class:`Process`: a run
+made of named stages instead of model-chosen actions (tool creation, judging, reflection), which
+shows in the live view and in ``ws.trajectory`` like any agent run.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from tea_notebook.errors import TeaError
+from tea_notebook.models.client import ModelClient, ModelReply, display_name, resolve_model
+from tea_notebook.protocol.context import Context
+
+if TYPE_CHECKING:
+    from tea_notebook.workspace import Workspace
+
+DURABLE = ("run_started", "step", "error", "run_finished")  # written at once; the rest per step
+
+
+class RunInterrupted(TeaError):
+    """Raised inside a run when it is cancelled (turned into status 'interrupted')."""
+
+
+class RunLog:
+    """A run's identity, context, events and usage totals."""
+
+    def __init__(self, ws: "Workspace", agent: str, task: str, model: str, model_source: str, parent: Context | None):
+        self.ws, self.events = ws, ws.events
+        self.agent_name, self.task = agent, task
+        self.model, self.model_source = model, model_source
+        self.run_id = self.events.new_id()
+        self.ctx = Context(self.run_id, parent=parent)
+        self.ctx.is_run = True
+        # a caller's plain context (a notebook cell's) lends only its stop signal: this run is the
+        # root of its own tree, with its own grants, sessions and run folder; a calling run is the parent
+        self.parent_run = parent.id if getattr(parent, "is_run", False) else None
+        if self.parent_run is None:
+            self.ctx.root = self.run_id
+            self.ctx.grants = set(parent.grants) if parent is not None else set()
+        self.folder = ws.path / "runs" / self.run_id
+        self.prompt_tokens = self.completion_tokens = 0
+        self.cost = 0.0
+
+    def emit(self, type_: str, data: dict[str, Any] | None = None, step: int | None = None) -> None:
+        """One event of this run."""
+        payload = {"root_run": self.ctx.root, "agent": self.agent_name, **(data or {})}
+        self.events.emit(self.run_id, type_, payload, parent_id=self.parent_run, step=step, flush=type_ in DURABLE)
+
+    def start(self, *, fork: tuple[str, int] | None = None, **started: Any) -> None:
+        """Record the run and emit ``run_started`` (with ``started`` fields)."""
+        from tea_notebook.runtime.events import redact
+
+        redact.refresh()  # secrets set since the last run are known before the first event
+        self.ws.db.start_run(
+            {
+                "id": self.run_id,
+                "parent_id": self.parent_run,
+                "agent": self.agent_name,
+                "task": redact(self.task),
+                "model": self.model,
+                "started": time.time(),
+                "forked_from": fork[0] if fork else None,
+                "fork_step": fork[1] if fork else None,
+            }
+        )
+        note = None
+        if self.model_source == "default":
+            from tea_notebook.models.client import NO_MODEL_NOTE
+
+            note = NO_MODEL_NOTE
+        self.emit(
+            "run_started",
+            {
+                "task": self.task,
+                "model": self.model,
+                "model_display": display_name(self.model),
+                "model_source": self.model_source,
+                "note": note,
+                **started,
+            },
+        )
+
+    def count(self, reply: ModelReply) -> None:
+        """Add one model reply to the run's own totals."""
+        self.prompt_tokens += reply.prompt_tokens
+        self.completion_tokens += reply.completion_tokens
+        self.cost += reply.cost
+
+    def close(self, status: str, answer: str, error: str | None, steps: int, files: list[str] | None = None) -> None:
+        """Emit ``run_finished`` with totals that include the sub-runs (what this task cost)."""
+        nested = [r for r in self.ws.db.descendants(self.run_id) if r != self.run_id]
+        prompt, completion, cost = self.ws.db.model_usage(nested)
+        self.prompt_tokens += prompt
+        self.completion_tokens += completion
+        self.cost += cost
+        self.emit(
+            "run_finished",
+            {
+                "status": status,
+                "answer": answer,
+                "error": error,
+                "steps": steps,
+                "prompt_tokens": self.prompt_tokens,
+                "completion_tokens": self.completion_tokens,
+                "cost": self.cost,
+                "files": files or [],
+            },
+        )
+        from tea_notebook.runtime.events import redact
+
+        self.ws.db.finish_run(self.run_id, status, redact(answer or error or ""))
+
+
+class Process(RunLog):
+    """A recorded run made of named stages (``async with Process(ws, "tool_manager", task) as p``).
+
+    ``p.step(name, args, observation)`` records one stage as a step with one action;
+    ``await p.complete(messages)`` calls the model, costed in this run; leaving the block closes the
+    run (``success`` unless :meth:`finish` said otherwise, ``error`` on an exception,
+    ``interrupted`` when the stop signal was set).
+    """
+
+    def __init__(
+        self,
+        ws: "Workspace",
+        agent: str,
+        task: str,
+        *,
+        model: str | None = None,
+        context: Context | None = None,
+        client: ModelClient | None = None,
+    ):
+        resolved, source = resolve_model(model, None, ws.default_model)
+        super().__init__(ws, agent, task, resolved, source, context)
+        self.client = client or ModelClient()
+        self.steps = 0
+        self._result: tuple[str, str, str | None] | None = None
+
+    async def __aenter__(self) -> "Process":
+        self.start(process=True)
+        return self
+
+    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if self._result is None:
+            if exc is None:
+                self._result = ("success", "", None)
+            elif isinstance(exc, RunInterrupted):
+                self._result = ("interrupted", "", "stopped by the user")
+            else:
+                self.emit("error", {"kind": type(exc).__name__, "message": str(exc)})
+                self._result = ("error", "", f"{type(exc).__name__}: {exc}")
+        status, answer, error = self._result
+        self.close(status, answer, error, self.steps)
+
+    def finish(self, status: str, answer: str = "", error: str | None = None) -> None:
+        """Set how the run ends (it is recorded when the ``async with`` block exits)."""
+        self._result = (status, answer, error)
+
+    def check_stop(self) -> None:
+        """Raise :class:`RunInterrupted` when the run's stop signal is set."""
+        if self.ctx.cancel.is_set():
+            raise RunInterrupted("the run was stopped")
+
+    def step(
+        self, name: str, args: dict[str, Any] | None, observation: str, *, thinking: str = "", ok: bool = True
+    ) -> int:
+        """Record one stage as a step whose single action is ``name(args) -> observation``."""
+        import json
+
+        self.steps += 1
+        shown = observation if ok else f"Error: {observation}"
+        data = {
+            "thinking": thinking,
+            "evaluation": "",
+            "memory": "",
+            "next_goal": "",
+            "results": [[name, json.dumps(args or {}, ensure_ascii=False, default=str), shown]],
+        }
+        self.emit("step", data, self.steps)
+        return self.steps
+
+    async def complete(self, messages: list[dict[str, Any]], stage: str = "") -> ModelReply:
+        """One model call of this run (no tools), recorded with tokens and cost."""
+        self.check_stop()
+        step = self.steps + 1
+        self.emit("model_request", {"model": self.model, "messages": len(messages), "stage": stage}, step)
+        reply = await self.client.complete(self.model, messages)
+        self.count(reply)
+        self.emit(
+            "model_response",
+            {
+                "model": self.model,
+                "content": reply.content,
+                "tool_calls": [],
+                "prompt_tokens": reply.prompt_tokens,
+                "completion_tokens": reply.completion_tokens,
+                "cost": reply.cost,
+                "latency": reply.latency,
+                "scripted": reply.scripted,
+                "stage": stage,
+            },
+            step,
+        )
+        self.check_stop()
+        return reply
