@@ -21,6 +21,8 @@ from traitlets.config import Config  # noqa: E402
 import tea_notebook  # noqa: E402
 from tea_notebook.models.offline import ScriptedModel, call  # noqa: E402
 from tea_notebook.notebook.magics import TeaMagics  # noqa: E402
+from tea_notebook.notebook.memory_view import MemoryExplorer  # noqa: E402
+from tea_notebook.notebook.registry_view import RegistryBrowser  # noqa: E402
 from tea_notebook.protocol.records import EnvironmentRecord, ToolRecord  # noqa: E402
 from tea_notebook.runtime.agent import RunResult  # noqa: E402
 from tea_notebook.runtime.render import MIME_TYPE, payload  # noqa: E402
@@ -177,30 +179,31 @@ def test_listings_are_lists_that_display_as_tables(ip, ws):
     result = agent(ip, "Add two numbers.", "--model tea/test --tools add --quiet")
 
     tools = tea(ip, "tools")
-    assert isinstance(tools, list) and sorted(r["name"] for r in tools) == ["add", "shout"]
-    assert {r["category"] for r in tools} == {"math"}
-    assert next(r for r in tools if r["name"] == "add")["calls"] == 1
+    assert isinstance(tools, RegistryBrowser) and sorted(r["name"] for r in tools.rows) == ["add", "shout"]
+    assert {r["category"] for r in tools.rows} == {"math"}
+    assert next(r for r in tools.rows if r["name"] == "add")["calls"] == 1
     html = tools._repr_html_()
-    assert "<table>" in html and ">add<" in html and ">shout<" in html and ">Add two integers.<" in html
+    assert "<table class='tea-rb'>" in html and ">add<" in html and ">shout<" in html and ">Add two integers.<" in html
 
     hits = tea(ip, "tools capitals text repeat")
-    assert hits[0]["name"] == "shout" and ">shout<" in hits._repr_html_()
-    scores = [float(r["score"]) for r in hits]
+    assert hits.rows[0]["name"] == "shout" and ">shout<" in hits._repr_html_()
+    scores = [r["score"] for r in hits.rows]
     assert scores == sorted(scores, reverse=True)
 
     agents = tea(ip, "agents")
-    assert [r["name"] for r in agents] == ["agent"] and ">agent<" in agents._repr_html_()
+    assert [r["name"] for r in agents.rows] == ["agent"] and ">agent<" in agents._repr_html_()
 
     envs = tea(ip, "envs")
-    assert [r["name"] for r in envs] == ["kitchen"] and ">kitchen<" in envs._repr_html_()
+    assert [r["name"] for r in envs.rows] == ["kitchen"] and ">kitchen<" in envs._repr_html_()
 
     memory = tea(ip, "memory")
-    assert sorted(r["description"] for r in memory) == [
+    assert isinstance(memory, MemoryExplorer)
+    assert sorted(r["description"] for r in memory.rows) == [
         "A kettle needs water first.",
         "Filled the kettle and boiled the water.",
     ]
     found = tea(ip, "memory kettle water")
-    assert found and "kettle" in found[0]["description"].lower() and "score" in found[0]
+    assert found.rows and "kettle" in found.rows[0]["description"].lower() and "score" in found.rows[0]
 
     runs = tea(ip, "runs")
     assert runs == [{"run": result.run_id, "agent": "agent", "status": "success", "task": "Add two numbers."}]
@@ -211,7 +214,7 @@ def test_listings_are_lists_that_display_as_tables(ip, ws):
 def test_empty_listings_say_none(ip, ws):
     for sub in ("envs", "toolkits", "memory", "runs", "agents", "tools"):
         empty = tea(ip, sub)
-        assert empty == [] and f"{sub}: none" in empty._repr_html_(), sub
+        assert list(empty) == [] and f"{sub}: none" in empty._repr_html_(), sub
 
 
 # -- show / versions / rollback / plot / workspace --------------------------------------------------

@@ -255,6 +255,7 @@ def test_tool_magic_registers_the_cells_functions(kernel):
     listing = kernel.ok("%tea tools").result["data"]
     for name in ("shout", "count_words"):
         assert name in listing["text/plain"] and f">{name}<" in listing["text/html"]
+    assert "model_id" in listing["application/vnd.jupyter.widget-view+json"]  # the registry browser widget
 
 
 # -- %%agent: live view and rich result ------------------------------------------------------

@@ -9,6 +9,7 @@ arrives there as KeyboardInterrupt and becomes a cooperative stop, so the run en
 from __future__ import annotations
 
 import ast
+import contextvars
 import string
 import textwrap
 from typing import Any
@@ -82,6 +83,9 @@ def _record_rows(records: list[Any]) -> list[dict[str, Any]]:
             props = parameters.get("properties", {})
             required = set(parameters.get("required", []))
             row["parameters"] = ", ".join(f"{p}{'' if p in required else '?'}" for p in props)
+        usage = getattr(r, "usage", None)
+        if usage is not None:
+            row["calls"] = usage.calls
         rows.append(row)
     return rows
 
@@ -294,8 +298,10 @@ class TeaMagics(Magics):
         ws = agent.workspace
         ctx = ws.context()
         view = None if quiet or not self.live else LiveView(self.update_interval)
-        unsubscribe = ws.events.subscribe(view, run_id=ctx.id) if view else None
-        future = submit(agent.run(task, model=model, context=ctx, grants=list(grants or ())))
+        follow = _CellRuns(view, ctx.id) if view else None
+        unsubscribe = ws.events.subscribe(follow) if follow else None
+        run = agent.run(task, model=model, context=ctx, grants=list(grants or ()))
+        future = submit(follow.run(run) if follow else run)
         try:
             try:
                 result = future.result()
@@ -310,6 +316,38 @@ class TeaMagics(Magics):
         if view is not None:
             view.close(final=view.summary())  # the full trajectory is the cell's result just below
         return result
+
+
+_cell: contextvars.ContextVar["_CellRuns | None"] = contextvars.ContextVar("tea_cell_runs", default=None)
+
+
+class _CellRuns:
+    """Passes a live view the events of the run tree one ``%%agent`` cell started, and no others.
+
+    An event belongs to the cell when it is emitted inside the cell's run (the context variable the
+    run's task and its sub-tasks inherit), names the cell's context as its root, or comes from a run
+    already known to belong (or whose parent does).
+    """
+
+    def __init__(self, view: Any, context_id: str):
+        self.view, self.context_id = view, context_id
+        self.runs: set[str] = set()
+
+    async def run(self, coro: Any) -> Any:
+        """Await ``coro`` (the agent's run) marked as this cell's."""
+        _cell.set(self)
+        return await coro
+
+    def __call__(self, event: Any) -> None:
+        if not (
+            _cell.get() is self
+            or event.run_id in self.runs
+            or (event.parent_id is not None and event.parent_id in self.runs)
+            or event.data.get("root_run") == self.context_id
+        ):
+            return
+        self.runs.add(event.run_id)
+        self.view(event)
 
 
 def load(ip: Any) -> TeaMagics:

@@ -21,7 +21,8 @@ WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 ALL = "(all)"
 
 _STYLE = (
-    "<style>.tea-rb{border-collapse:collapse;font-size:12px}.tea-rb th,.tea-rb td{text-align:left;"
+    "<style>.tea-rb,.tea-rb-d{font-family:system-ui,-apple-system,Segoe UI,sans-serif}"
+    ".tea-rb{border-collapse:collapse;font-size:12px}.tea-rb th,.tea-rb td{text-align:left;"
     "padding:2px 8px;border-bottom:1px solid #d0d7de;vertical-align:top}.tea-rb-d pre{white-space:pre-wrap;"
     "background:#f6f8fa;padding:4px 6px;margin:2px 0;max-height:24em;overflow:auto;font-size:12px}"
     ".tea-rb-d .muted{color:#57606a}</style>"
@@ -38,13 +39,20 @@ def _clip(text: str, limit: int) -> str:
 
 
 def _in_kernel() -> bool:
-    """True in a Jupyter kernel (where a widget has a front end to talk to) with ipywidgets installed."""
+    """True where a widget can be used: a Jupyter kernel executing a cell for an interactive front end
+    (JupyterLab, Notebook, VS Code), with ipywidgets installed.
+
+    Headless executions (nbclient, papermill, nbval, ``tea notebooks --headless``) send their cells
+    with ``allow_stdin=False``; there the bundle stays HTML and text, so the stored notebook and its
+    nbconvert / GitHub rendering show the table, not a widget that needs a live kernel and scripts.
+    """
     try:
         from IPython import get_ipython
     except ImportError:  # pragma: no cover - IPython is a dependency
         return False
     shell = get_ipython()
-    if shell is None or getattr(shell, "kernel", None) is None:
+    kernel = getattr(shell, "kernel", None) if shell is not None else None
+    if kernel is None or not getattr(kernel, "_allow_stdin", True):
         return False
     try:
         import ipywidgets  # noqa: F401
@@ -56,7 +64,8 @@ def _in_kernel() -> bool:
 class RecordBrowser:
     """A searchable, filterable view of one registry's current records (the shared base).
 
-    ``query``: hybrid search (BM25 + embeddings) for it, top ``k``; without one every record.
+    ``query``: hybrid search (BM25 + embeddings) for it, top ``k`` of the relevant ones (see
+    :attr:`relevance` and :attr:`min_similarity`); without one every record.
     ``where``: field equality filters (``category="web"``), as :meth:`Registry.list` takes them.
     Subclasses say which field the filter box offers (:attr:`filter_field`), what a row holds
     (:meth:`_row`) and what the detail pane adds (:meth:`_detail_sections`).
@@ -68,12 +77,17 @@ class RecordBrowser:
     labels: dict[str, str] = {}
     #: row keys the table leaves out (they stay in ``.rows``)
     hidden: tuple[str, ...] = ()
+    #: row keys that differ from run to run (timings): only the live widget shows them, so that stored
+    #: notebooks stay diffable and comparable (nbval)
+    volatile: tuple[str, ...] = ("mean_latency_ms",)
     #: text cells longer than this are cut in the table (``.rows`` and the detail keep them whole)
     cell_limit = 200
     #: the table shows at most this many rows (search to narrow)
     max_rows = 200
-    #: a search keeps the hits scoring at least this share of the best one (0 keeps all top-k)
+    #: a search keeps the hits scoring at least this share of the best one (0 keeps all top-k) ...
     relevance = 0.3
+    #: ... that match a query word or whose embedding is at least this similar (cosine) to the query's
+    min_similarity = 0.3
 
     def __init__(self, registry: Any, query: str | None = None, *, k: int = 20, title: str | None = None, **where: Any):
         self.registry = registry
@@ -90,6 +104,7 @@ class RecordBrowser:
         if self._hits is None:
             if self.query:
                 hits = self.registry.search(self.query, k=self.k, **self.where)
+                hits = [h for h in hits if h.keyword > 0 or h.semantic >= self.min_similarity]
                 floor = hits[0].score * self.relevance if hits and hits[0].score > 0 else float("-inf")
                 self._hits = [(h.record, h.score) for h in hits if h.score >= floor and h.record is not None]
             else:
@@ -251,14 +266,16 @@ class RecordBrowser:
             return f"{value:.1f}"
         return _clip(str(value), self.cell_limit)
 
-    def table_html(self) -> str:
-        """The records as an HTML table (escaped; at most :attr:`max_rows` rows)."""
+    def table_html(self, live: bool = False) -> str:
+        """The records as an HTML table (escaped; at most :attr:`max_rows` rows); ``live`` adds the
+        :attr:`volatile` columns."""
         rows = self.rows
         if not rows:
             return f"<p><i>{_esc(self._empty_text())}</i></p>"
+        hidden = self.hidden if live else (*self.hidden, *self.volatile)
         cols: list[str] = []
         for row in rows:
-            cols += [c for c in row if c not in cols and c not in self.hidden]
+            cols += [c for c in row if c not in cols and c not in hidden]
         head = "".join(f"<th>{_esc(self.labels.get(c, c))}</th>" for c in cols)
         body = "".join(
             "<tr>" + "".join(f"<td>{_esc(self._cell(c, r.get(c)))}</td>" for c in cols) + "</tr>"
@@ -452,7 +469,7 @@ def _widget_class() -> type:
         def _show(self, browser: RecordBrowser) -> None:
             self.browser = browser
             self.heading.value = f"<b>{_esc(browser._heading())}</b>"
-            self.table.value = _STYLE + browser.table_html()
+            self.table.value = _STYLE + browser.table_html(live=True)
             names = browser.names
             keep = self.names.value if self.names.value in names else (names[0] if names else None)
             self.names.unobserve(self._on_name, names="value")

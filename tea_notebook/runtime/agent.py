@@ -350,10 +350,8 @@ class _Run(RunLog):
         else:
             records = ws.tools.route(self.task, self.ctx, k=20)
         offered_names = {r.name for r in records}
-        for tool_name in self._environment_tools():
-            if tool_name not in offered_names:
-                records.append(ws.tools.get(tool_name))
-                offered_names.add(tool_name)
+        extra = [ws.tools.get(n) for n in dict.fromkeys(self._environment_tools()) if n not in offered_names]
+        records.extend(ws.tools.prune(extra, self.ctx))  # preconditions and conflicts apply to them too
         agent_tools: set[str] = set()
         for sub in self.agent.sub_agents:
             tool_name = sub if sub.endswith("agent") else f"{sub}_agent"
