@@ -42,3 +42,11 @@ class ManifestError(TeaError):
 
 class TransformationError(TeaError):
     """A TEA transformation whose result breaks interface consistency or composition."""
+
+
+class EvolutionError(TeaError):
+    """A self-evolution stage could not get a usable answer from the model (after retries)."""
+
+    def __init__(self, stage: str, message: str):
+        super().__init__(f"{stage}: {message}")
+        self.stage = stage

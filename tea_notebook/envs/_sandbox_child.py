@@ -12,6 +12,7 @@ import errno
 import io
 import json
 import linecache
+import mmap
 import os
 import queue
 import resource
@@ -24,6 +25,10 @@ import time
 import traceback
 
 MAIN_PID = os.getpid()
+# address space held back while user code runs and given up as soon as it fails, so the child can
+# still build its answer when user code ran out of memory (CPython 3.11 can spin forever on a
+# MemoryError raised inside an exception handler)
+RESERVE = 8 * 1024 * 1024
 
 
 class LimitHit(BaseException):
@@ -34,12 +39,17 @@ class LimitHit(BaseException):
         self.kind = kind
 
 
+ARMED = False  # True while user code runs: a late timer signal must not hit the child's own code
+
+
 def _on_alarm(signum, frame):
-    raise LimitHit("timeout", "the wall-clock limit was reached")
+    if ARMED:
+        raise LimitHit("timeout", "the wall-clock limit was reached")
 
 
 def _on_xcpu(signum, frame):
-    raise LimitHit("cpu", "the CPU-time limit was reached")
+    if ARMED:
+        raise LimitHit("cpu", "the CPU-time limit was reached")
 
 
 def _set_limits(cfg):
@@ -75,6 +85,43 @@ def _reap_children():
             return
 
 
+def _confine(rules):
+    """Permissions for untrusted code (generated tools), as an audit hook user code cannot remove:
+    writes only inside the working directory, reads only there and in the interpreter's own
+    folders, no network, no new programs. Code in C extensions that makes system calls itself
+    is not covered; the process limits still are."""
+    def roots(paths):
+        return tuple(os.path.realpath(p) for p in paths if p)
+
+    readable, writable = roots(rules["read"]), roots(rules["write"])
+    network = rules.get("network", False)
+    blocked_programs = ("subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.startfile")
+
+    def inside(path, allowed):
+        real = os.path.realpath(path)
+        return any(real == root or real.startswith(root.rstrip(os.sep) + os.sep) for root in allowed)
+
+    def hook(event, args):
+        if event == "open":
+            path, mode, flags = args
+            if path is None or isinstance(path, int):
+                return
+            path = os.fsdecode(path)
+            writing = bool(mode and any(ch in mode for ch in "wax+")) or bool(
+                (flags or 0) & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC)
+            )
+            if writing and not inside(path, writable):
+                raise PermissionError("writing %s is not permitted (only inside the working directory)" % path)
+            if not writing and not inside(path, readable):
+                raise PermissionError("reading %s is not permitted (only the working directory)" % path)
+        elif event.startswith("socket.") and event not in ("socket.__new__", "socket.gethostname") and not network:
+            raise PermissionError("network access is not permitted (%s)" % event)
+        elif event in blocked_programs:
+            raise PermissionError("starting programs is not permitted (%s)" % event)
+
+    sys.addaudithook(hook)
+
+
 def _cpu_used():
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
@@ -90,6 +137,11 @@ class Child:
         self.namespace = {"__name__": "__main__", "__builtins__": __builtins__}
         self.requests = queue.Queue()
         self.busy = threading.Event()
+        self.current = None  # the id of the request running now
+        self.started = 0  # the highest request id that has started
+        self.cancelled = set()  # ids interrupted before they started
+        self.guard = threading.Lock()
+        self.reserve = None
         self.cells = 0
         self.iodir = tempfile.mkdtemp(prefix=".io-", dir=cfg["iodir"])
 
@@ -101,11 +153,19 @@ class Child:
             except ValueError:
                 continue
             if request.get("op") == "interrupt":
-                if self.busy.is_set():
-                    signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+                self.interrupt(request.get("id"))
                 continue
             self.requests.put(request)
         os._exit(0)  # the parent went away: nothing may outlive it, even code still running
+
+    def interrupt(self, rid):
+        """Stop request ``rid`` (the running one when None); one that has not started yet is
+        remembered and answered as interrupted when its turn comes."""
+        with self.guard:
+            if self.busy.is_set() and (rid is None or rid == self.current):
+                signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+            elif rid is not None and rid > self.started:
+                self.cancelled.add(rid)
 
     # -- answering -------------------------------------------------------------------------
     def answer(self, payload):
@@ -128,6 +188,7 @@ class Child:
 
     # -- running one request -----------------------------------------------------------------
     def run(self, request):
+        global ARMED
         _reap_children()
         op = request.get("op")
         if op == "ping":
@@ -155,14 +216,32 @@ class Child:
         if hard != resource.RLIM_INFINITY and used + cpu >= hard:
             cpu = max(hard - used - 1, 1)
         resource.setrlimit(resource.RLIMIT_CPU, (int(used + cpu + 1), hard))
+        try:
+            self.reserve = mmap.mmap(-1, RESERVE)
+        except (OSError, ValueError, MemoryError):
+            self.reserve = None  # the memory is already taken: run without the spare
+        ARMED = True
         signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.setitimer(signal.ITIMER_REAL, timeout)
-        self.busy.set()
+        rid = request.get("id")
         try:
-            if op == "exec":
-                result["value"] = self.exec_code(request.get("code", ""))
-            else:
-                result.update(self.shell(request.get("command", ""), timeout))
+            try:
+                with self.guard:
+                    self.current = rid
+                    if isinstance(rid, int):
+                        self.started = max(self.started, rid)
+                    self.busy.set()
+                    stop = rid in self.cancelled
+                    self.cancelled.discard(rid)
+                if stop:
+                    raise KeyboardInterrupt
+                if op == "exec":
+                    result["value"] = self.exec_code(request.get("code", ""))
+                else:
+                    result.update(self.shell(request.get("command", ""), timeout))
+            except BaseException:
+                self.reserve = None  # first give the spare back, then build the answer
+                raise
         except LimitHit as exc:
             result["limit"] = exc.kind
             result["error"] = {"type": "LimitHit", "message": str(exc), "traceback": self.user_traceback(exc)}
@@ -171,7 +250,11 @@ class Child:
             result["error"] = {"type": type(exc).__name__, "message": str(exc), "traceback": self.user_traceback(exc)}
         except KeyboardInterrupt as exc:
             result["limit"] = "interrupted"
-            result["error"] = {"type": "KeyboardInterrupt", "message": "interrupted", "traceback": self.user_traceback(exc)}
+            result["error"] = {
+                "type": "KeyboardInterrupt",
+                "message": "interrupted",
+                "traceback": self.user_traceback(exc),
+            }
         except BaseException as exc:  # noqa: BLE001 - user code raises anything, SystemExit included
             result["error"] = {"type": type(exc).__name__, "message": str(exc), "traceback": self.user_traceback(exc)}
             if isinstance(exc, OSError) and exc.errno == errno.EAGAIN:
@@ -179,9 +262,13 @@ class Child:
             elif isinstance(exc, OSError) and exc.errno == errno.EFBIG:
                 result["limit"] = "file_size"
         finally:
-            self.busy.clear()
+            ARMED = False
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGINT, signal.SIG_IGN)
+            self.reserve = None
+            with self.guard:
+                self.busy.clear()
+                self.current = None
             if os.getpid() != MAIN_PID:
                 os._exit(0)
             try:
@@ -263,7 +350,10 @@ def main():
     os.chdir(cfg["workdir"])
     _set_limits(cfg)
     _drop_privileges(cfg)
-    Child(cfg, ctrl_in, ctrl_out).serve()
+    child = Child(cfg, ctrl_in, ctrl_out)
+    if cfg.get("confine"):
+        _confine(cfg["confine"])
+    child.serve()
 
 
 if __name__ == "__main__":

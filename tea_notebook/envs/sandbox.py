@@ -111,6 +111,8 @@ class PythonSandbox(Environment):
         env: dict[str, str] | None = None,
         python: str | None = None,
         drop_privileges: bool = True,
+        confine: bool = False,
+        network: bool = True,
     ):
         super().__init__(folder, context)
         if timeout <= 0 or memory_mb <= 0 or processes <= 0:
@@ -125,6 +127,8 @@ class PythonSandbox(Environment):
         self.extra_env = dict(env or {})
         self.python = python or sys.executable
         self.drop_privileges = drop_privileges
+        self.confine = confine  # untrusted code: writes and reads only in the working directory, no programs
+        self.network = network
         self.workdir = self.folder / "sandbox"
         self._proc: subprocess.Popen | None = None
         self._info: dict[str, Any] = {}
@@ -213,6 +217,18 @@ class PythonSandbox(Environment):
         env.update(self.extra_env)
         return env
 
+    def _confinement(self) -> dict[str, Any]:
+        """What confined code may touch: its working directory (read and write), the interpreter's
+        own folders and installed packages (read)."""
+        import site
+        import sysconfig
+
+        readable = {str(self.workdir), sys.prefix, sys.base_prefix, sys.exec_prefix, "/dev/null", "/dev/urandom"}
+        readable.update(p for p in sys.path if p and os.path.isdir(p))
+        readable.update(v for v in sysconfig.get_paths().values() if v)
+        readable.update(site.getsitepackages())
+        return {"read": sorted(readable), "write": [str(self.workdir)], "network": self.network}
+
     def _spawn(self) -> None:
         (self.workdir / ".tmp").mkdir(parents=True, exist_ok=True)
         uid, gid = self._identity()
@@ -231,6 +247,7 @@ class PythonSandbox(Environment):
             "max_output": self.max_output,
             "uid": uid,
             "gid": gid,
+            "confine": self._confinement() if self.confine else None,
         }
         root_inside = uid is None and os.geteuid() == 0
         config["nproc"] = None if root_inside else config["nproc"]  # RLIMIT_NPROC does not bind root

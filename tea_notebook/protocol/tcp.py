@@ -43,6 +43,23 @@ class ToolkitRegistry(Registry[ToolkitRecord]):
 class ToolRegistry(Registry[ToolRecord]):
     """The tool registry: Python functions, agents as tools (A2T) and environment actions (E2T)."""
 
+    def create(
+        self,
+        request: str | dict[str, Any],
+        *,
+        model: str | None = None,
+        approval: str = "auto",
+        max_fixes: int = 3,
+        context: Context | None = None,
+    ) -> Any:
+        """The tool manager: reuse a tool that covers ``request`` (a task, or a spec dict with
+        ``tool_name``), else write one, validate it in a confined sandbox and register it.
+        Returns a :class:`~tea_notebook.evolve.toolmaker.Creation`."""
+        from tea_notebook.evolve.toolmaker import ToolMaker
+
+        maker = ToolMaker(self.workspace, model=model, approval=approval, max_fixes=max_fixes)
+        return maker.create(request, context=context)
+
     def _coerce(self, obj: Any) -> tuple[ToolRecord, Any]:
         if isinstance(obj, Tool):
             return obj.record, obj
@@ -166,6 +183,8 @@ class ToolRegistry(Registry[ToolRecord]):
         runtime = self._runtimes.get(self._runtime_key(record))
         if runtime is not None:
             return runtime
+        if record.origin == "generated":  # written by the tool manager; registered only after its tests passed
+            return self._from_source(record)
         if record.origin != "python":
             return None
         module, _, qualname = record.entrypoint.partition(":")
@@ -181,6 +200,9 @@ class ToolRegistry(Registry[ToolRecord]):
                     return built
             except Exception:  # noqa: BLE001 - fall back to the stored source
                 pass
+        return self._from_source(record)
+
+    def _from_source(self, record: ToolRecord) -> Tool | None:
         if record.source and record.trusted:
             built = _tool_from_source(record)
             self._runtimes[self._runtime_key(record)] = built

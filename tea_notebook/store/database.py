@@ -386,6 +386,13 @@ class Database:
         )[0]
         return int(row[0]), int(row[1]), float(row[2])
 
+    def events_of_type(self, types: list[str]) -> list[tuple[str, str, float, str]]:
+        """``(run_id, type, time, data)`` of every event of the given types, oldest first."""
+        marks = ",".join("?" * len(types))
+        return self._read(
+            f"SELECT run_id, type, time, data FROM events WHERE type IN ({marks}) ORDER BY seq", tuple(types)
+        )
+
     def tool_call_names(self) -> list[tuple[str]]:
         """The tool name of every tool call event (for plots)."""
         return self._read("SELECT json_extract(data, '$.name') FROM events WHERE type='tool_call'")
