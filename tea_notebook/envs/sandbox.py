@@ -255,7 +255,7 @@ class PythonSandbox(Environment):
         prefix = _namespace_prefix()
         try:
             self._proc = subprocess.Popen(
-                [*prefix, self.python, "-I", "-X", "utf8", str(CHILD), json.dumps(config)],
+                [*prefix, self.python, "-I", "-B", "-X", "utf8", str(CHILD), json.dumps(config)],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,

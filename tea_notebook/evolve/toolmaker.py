@@ -13,6 +13,8 @@ shows the code, the tests and their results in the trajectory.
 from __future__ import annotations
 
 import ast
+import hashlib
+import itertools
 import json
 import textwrap
 from dataclasses import dataclass, field
@@ -369,12 +371,18 @@ class ToolMaker:
             "spec": json.dumps({k: v for k, v in cand.spec.items() if k != "examples"}, ensure_ascii=False),
             "examples": json.dumps(examples, ensure_ascii=False),
         }
+        # a stub returning each example's expected output in turn (tests asserting one example only
+        # would pass against the stub for that example)
+        outputs = {repr(e.get("output")): e.get("output") for e in examples if isinstance(e, dict)}
+        constants = list(outputs.values())[:3] or [None]
         for attempt in range(self.retries + 1):
             tests = (await ask_json(proc, prompts.TOOL_TESTS, fields, validate=check, retries=self.retries))["tests"]
-            constant = examples[0].get("output") if examples and isinstance(examples[0], dict) else None
-            stub = STUB.format(function=function, constant=constant, name=cand.name)
-            report = await self._check(proc, cand.name, stub, tests, examples=[], label="vacuity")
-            if not report.get("ok"):
+            for constant in constants:
+                stub = STUB.format(function=function, constant=constant, name=cand.name)
+                report = await self._check(proc, cand.name, stub, tests, examples=[], label="vacuity")
+                if report.get("ok"):
+                    break
+            else:
                 proc.step("write_tests", {"tool": cand.name}, tests)
                 return tests
             problem = (
@@ -392,6 +400,10 @@ class ToolMaker:
         from tea_notebook.envs.sandbox import PythonSandbox
 
         folder = proc.folder / "toolmaker" / f"{name}-{label}"
+        for n in itertools.count(2):  # each check its own folder: files of the last one stay to read
+            if not folder.exists():
+                break
+            folder = proc.folder / "toolmaker" / f"{name}-{label}-{n}"
         box = PythonSandbox(folder, timeout=self.timeout, confine=True, network=False, memory_mb=1024, processes=16)
         box.workdir.mkdir(parents=True, exist_ok=True)
         (box.workdir / f"{name}.py").write_text(code)
@@ -467,16 +479,15 @@ class ToolMaker:
         async with Process(
             self.ws, "tool_manager", f"edit of {cand.name}", model=self.model, client=self.client
         ) as proc:
-            cand.code = code
             proc.step("edit_code", {"tool": cand.name}, code)
             report = await self._check(
                 proc, cand.name, code, cand.tests, examples=cand.spec.get("examples") or [], label="edit"
             )
-            cand.test_output = _report_text(report)
-            proc.step("validate", {"tool": cand.name, "edited": True}, cand.test_output, ok=bool(report.get("ok")))
-            if not report.get("ok"):
+            output = _report_text(report)
+            proc.step("validate", {"tool": cand.name, "edited": True}, output, ok=bool(report.get("ok")))
+            if not report.get("ok"):  # the candidate keeps its validated code: accept() stays safe
                 raise EvolutionError("validate", f"the edited code does not pass: {report.get('error')}")
-            cand.checked = report
+            cand.code, cand.test_output, cand.checked = code, output, report
         return cand
 
     # -- outcomes --------------------------------------------------------------------------------
@@ -500,6 +511,8 @@ class ToolMaker:
             parameters=schema,
             returns=checked.get("returns") if isinstance(checked.get("returns"), dict) else {},
             source=cand.code,
+            # the runtime cache is keyed by this hash: a new version (or a rollback) runs its own code
+            source_hash=hashlib.sha256(cand.code.encode()).hexdigest(),
             entrypoint=f"source:{function}",
             origin="generated",
             category=str(cand.spec.get("category") or "generated"),

@@ -31,6 +31,8 @@ EVENT_TYPES = frozenset(
         "tool_result",
         "memory_written",
         "tool_created",
+        "tool_discarded",
+        "tool_reused",
         "error",
         "run_finished",
     }
