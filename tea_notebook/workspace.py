@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextvars
+import functools
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -11,12 +12,21 @@ from tea_notebook.models.embedders import Embedder, embedder_spec, resolve_embed
 from tea_notebook.protocol.acp import AgentRegistry
 from tea_notebook.protocol.context import Context
 from tea_notebook.protocol.ecp import EnvironmentRegistry
-from tea_notebook.protocol.records import AgentRecord, EnvironmentRecord, MemoryRecord, ToolkitRecord, ToolRecord
+from tea_notebook.protocol.records import (
+    AgentRecord,
+    EnvironmentRecord,
+    ExperienceRecord,
+    MemoryRecord,
+    ToolkitRecord,
+    ToolRecord,
+)
 from tea_notebook.protocol.registry import Registry
 from tea_notebook.protocol.tcp import ToolkitRegistry, ToolRegistry
 from tea_notebook.store.database import Database
 
 if TYPE_CHECKING:
+    from tea_notebook.evolve.agent_bank import AgentBank
+    from tea_notebook.evolve.experience import ExperienceMemory
     from tea_notebook.runtime.agent import Agent, RunResult
     from tea_notebook.runtime.events import EventLog
     from tea_notebook.runtime.memory import MemoryStore
@@ -57,6 +67,7 @@ class Workspace:
         self.envs = EnvironmentRegistry(self, EnvironmentRecord)
         self.agents = AgentRegistry(self, AgentRecord)
         self.memory: Registry[MemoryRecord] = Registry(self, MemoryRecord)
+        self.experience: Registry[ExperienceRecord] = Registry(self, ExperienceRecord)
         if model is not None:
             self.default_model = model
 
@@ -85,6 +96,20 @@ class Workspace:
         from tea_notebook.runtime.memory import MemoryStore
 
         return MemoryStore(self.memory)
+
+    @functools.cached_property
+    def experiences(self) -> "ExperienceMemory":
+        """Experience memory (Mem²Evolve): tool, success and failure entries in ``ws.experience``."""
+        from tea_notebook.evolve.experience import ExperienceMemory
+
+        return ExperienceMemory(self)
+
+    @functools.cached_property
+    def agent_bank(self) -> "AgentBank":
+        """The bank of evolved expert agents (C.5 specs) in ``ws.agents``."""
+        from tea_notebook.evolve.agent_bank import AgentBank
+
+        return AgentBank(self)
 
     def agent(self, name: str = "agent", **options: Any) -> "Agent":
         """A tool-calling agent in this workspace (see :class:`tea_notebook.runtime.agent.Agent`)."""
@@ -141,7 +166,7 @@ class Workspace:
         if _current.get() is self:
             _current.set(None)
         self.envs.release()
-        for registry in (self.tools, self.toolkits, self.envs, self.agents, self.memory):
+        for registry in (self.tools, self.toolkits, self.envs, self.agents, self.memory, self.experience):
             registry.flush()
         self.db.close()
 

@@ -275,3 +275,46 @@ class MemoryRecord(Record):
     def search_views(self) -> list[tuple[str, float]]:
         """The text itself, and the task it came from at half weight."""
         return [(self.description, 1.0), (self.task, 0.5)] if self.task else [(self.description, 1.0)]
+
+
+class ExperienceRecord(Record):
+    """An experience-memory entry (Mem²Evolve §1.2): tool experience ("How to …", C.8) or an agent's
+    success (C.9) / failure (C.10) lesson, with the run it came from and how that run ended.
+
+    ``name`` is derived from the title; ``description`` is the entry's description; ``body`` is the
+    markdown content (κ_content; the field is not called ``content`` because :meth:`Record.content` is
+    the versioned content). ``usage`` counts retrievals (calls) and failed runs after retrieval (failures).
+    """
+
+    KIND: ClassVar[str] = "experience"
+
+    kind: Literal["tool", "success", "failure"]
+    title: str
+    use_cases: list[str] = Field(default_factory=list)
+    body: str = ""
+    source_run: str = ""
+    source_runs: list[str] = Field(default_factory=list)
+    outcome: str = ""
+    agent_role: str = ""
+    tool_name: str = ""
+    disabled: bool = False
+    usage: UsageStats = Field(default_factory=UsageStats)
+
+    @field_validator("title")
+    @classmethod
+    def _has_title(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("an experience entry needs a non-empty title")
+        return value.strip()
+
+    def search_views(self) -> list[tuple[str, float]]:
+        """Title and description, and the use cases at 0.75."""
+        views = [(self.title, 1.0), (self.description, 1.0)]
+        if self.use_cases:
+            views.append(("; ".join(self.use_cases), 0.75))
+        return views
+
+    def search_text(self) -> str:
+        """Title, description and use cases (what the keyword index sees)."""
+        text = f"{self.title}: {self.description}"
+        return f"{text} Use cases: {'; '.join(self.use_cases)}." if self.use_cases else text

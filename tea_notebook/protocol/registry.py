@@ -565,6 +565,82 @@ class Registry(Generic[R]):
                 hits.append(SearchHit(name, score, sem, kw, load=self.get))
         return hits
 
+    def similar(
+        self, query: "str | R", k: int = 5, threshold: float | None = None, **where: Any
+    ) -> list[tuple[R, float]]:
+        """Records by pure cosine similarity, best first: ``[(record, cosine), ...]``.
+
+        ``query`` is a text (embedded like a search query) or a record of this registry's type (its
+        vector is built from its search views exactly as a registered record's is, so a record can
+        be compared with the registered ones before it is registered). Only records with cosine
+        ≥ ``threshold`` (when given) and matching ``where`` (field equality, checked on the current
+        versions) are returned. No keyword score and no usage prior: this is the δ test of
+        embedding-threshold retrieval. Raises EmbeddingError when embedding fails.
+        """
+        if isinstance(query, str):
+            if not query.strip():
+                raise ValueError("similar needs a non-empty query string")
+            qvec = self._query_vector(query)
+        elif isinstance(query, self.record_type):
+            qvec = self._record_vector(query)
+        else:
+            expected = self.record_type.__name__
+            raise TypeError(f"similar takes a text or a record ({expected}), not {type(query).__name__}")
+        if k <= 0:
+            return []
+        index = self._sync_vectors()
+        if index is None:
+            return []
+        if where:
+            self._sync(records=True)  # filter on the in-memory current records (no parsing per candidate)
+        out: list[tuple[R, float]] = []
+        pool = k if not where else max(10 * k, 50)  # the search costs the same; fewer re-searches
+        seen: set[int] = set()
+        while True:
+            ids, scores = index.search(qvec, pool)
+            below = False
+            for doc, score in zip(ids.tolist(), scores.tolist()):
+                if doc in seen:
+                    continue
+                seen.add(doc)
+                if threshold is not None and score < threshold:
+                    below = True
+                    break
+                name = self._names.get(doc)
+                if name is None:
+                    continue
+                record = self._records.get(name) if where else self.current(name)
+                if record is None or any(getattr(record, f, None) != v for f, v in where.items()):
+                    continue
+                out.append((record, float(score)))
+                if len(out) == k:
+                    break
+            if len(out) >= k or below or len(ids) < pool:
+                break
+            pool *= 4
+        if out and "usage" in self.record_type.model_fields:
+            out = [(self._decorate(rec), score) for rec, score in out]
+        return out
+
+    def _record_vector(self, record: R) -> np.ndarray:
+        """The vector ``record`` has (or would have) in the index: its weighted, normalised views."""
+        views = record.search_views()
+        eid = self.workspace.embedder.id
+        key = _record_key(json.dumps(views))
+        cached = self._db.get_vectors(eid, [key])
+        if key in cached:
+            return cached[key]
+        texts = sorted({t for t, _ in views})
+        view_vecs = self._db.get_vectors(eid, [_text_key(t) for t in texts])
+        missing = [t for t in texts if _text_key(t) not in view_vecs]
+        fresh = {_text_key(t): v for t, v in zip(missing, self._embed(missing))} if missing else {}
+        view_vecs.update(fresh)
+        vec = sum(w * view_vecs[_text_key(t)] for t, w in views)
+        vec = (vec / max(float(np.linalg.norm(vec)), 1e-12)).astype(np.float32)
+        fresh[key] = vec
+        self._db.put_vectors(eid, fresh)
+        return vec
+
     def _usage_prior(self) -> dict[int, float]:
         """A small bonus for tools that were used and worked (App. B.3's usage signals)."""
         self.flush_usage()
