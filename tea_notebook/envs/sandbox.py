@@ -449,9 +449,12 @@ class PythonSandbox(Environment):
         if self._proc is None:
             return
         main = self._main or self._proc.pid
-        deadline = time.monotonic() + 3
+        keep = {main, self._proc.pid}
+        deadline = time.monotonic() + 5
         while time.monotonic() < deadline:
-            strays = _group_members(self._proc.pid, exclude={main, self._proc.pid})
+            strays = set(_group_members(self._proc.pid, exclude=keep))
+            if self._pids_group is not None:  # also what left the process group (setsid)
+                strays.update(int(p) for p in _read(self._pids_group / "cgroup.procs").split() if int(p) not in keep)
             if not strays:
                 return
             for sig in (signal.SIGSTOP, signal.SIGKILL):

@@ -633,19 +633,23 @@ class _Run(RunLog):
         except asyncio.CancelledError:
             status, error = "interrupted", "cancelled"
             self._close(status, answer, error)
-            self._release_sessions(wait=False)
+            self._release_sessions_later()
             raise
         result = self._close(status, answer, error, files)
         await self._release_sessions()
         return result
 
-    async def _release_sessions(self, wait: bool = True) -> None:
+    def _owns_sessions(self) -> bool:
         """A root run's environment sessions end with it (sub-agents share their root's)."""
-        if self.ctx.root != self.run_id or not self.ws.envs.sessions():
-            return
-        if wait:
+        return self.ctx.root == self.run_id and bool(self.ws.envs.sessions())
+
+    async def _release_sessions(self) -> None:
+        if self._owns_sessions():
             await self.ws.envs.arelease(self.run_id)
-        else:
+
+    def _release_sessions_later(self) -> None:
+        """On cancellation: the stop is scheduled on the background loop, not awaited here."""
+        if self._owns_sessions():
             from tea_notebook._sync import submit
 
             submit(self.ws.envs.arelease(self.run_id))
