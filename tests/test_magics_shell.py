@@ -130,6 +130,9 @@ def test_help_lists_every_subcommand(ip, ws):
             "rollback",
             "workspace",
             "plot",
+            "create-tool",
+            "evolve",
+            "stats",
             "help",
         ):
             assert f"%tea {sub}" in out, sub

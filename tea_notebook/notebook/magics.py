@@ -10,25 +10,32 @@ from __future__ import annotations
 
 import ast
 import contextvars
+import shlex
 import string
 import textwrap
-from typing import Any
+from typing import Any, Callable
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class, no_var_expand
-from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
-from traitlets import Bool, Float, Unicode
+from IPython.core.magic_arguments import MagicArgumentParser, argument, magic_arguments, parse_argstring
+from traitlets import Bool, Enum, Float, Unicode
 
 from tea_notebook.errors import TeaError
 
 HELP = """%tea subcommands:
   %tea model [NAME]           show or set the workspace's default model
   %tea tools [QUERY]          browse or search tools        %tea agents [QUERY]   agents
-  %tea envs [QUERY]           environments                  %tea memory [QUERY]   summaries and insights
+  %tea envs [QUERY]           environments                  %tea memory [QUERY]   memory, experiences
   %tea toolkits [QUERY]       toolkits
   %tea runs                   recent runs                   %tea show RUN         one run's trajectory
   %tea versions NAME          a tool's versions             %tea rollback NAME VERSION
   %tea workspace [PATH]       show or switch the workspace  %tea plot [RUN]       plot a run (or all runs)
+  %tea create-tool [--manual] [--model M] [--max-fixes N] [--quiet] "WHAT THE TOOL SHOULD DO"
+                              reuse a tool or write, test and register one (--manual: you approve it)
+  %tea evolve [--ground-truth X] [--manual] [--model M] [--quiet] "TASK"
+                              run the Mem²Evolve co-evolution loop on a task
+  %tea stats                  tools created, reuse rate, first-pass validity, mean fix iterations
+  %tea plot evolution         memory growth over tasks, tools created vs reused, first-pass validity
   %tea help
 Cell magics: %%tool [--name N] [--toolkit T] [--category C]   and   %%agent [AGENT] [options] (see %%agent?)"""
 
@@ -98,6 +105,12 @@ class TeaMagics(Magics):
     workspace_path = Unicode(".tea", config=True, help="Folder of the current workspace.")
     live = Bool(True, config=True, help="Show the live trajectory view while %%agent runs.")
     update_interval = Float(0.25, config=True, help="Seconds between live view updates.")
+    tool_approval = Enum(
+        ["auto", "manual"],
+        default_value="auto",
+        config=True,
+        help="%tea create-tool / evolve: 'manual' holds tools that passed for accept(), edit(code) or reject(why).",
+    )
 
     def __init__(self, shell: Any = None, **kwargs: Any):
         super().__init__(shell=shell, **kwargs)
@@ -130,6 +143,9 @@ class TeaMagics(Magics):
         if not words or words[0] == "help":
             return _Text(HELP)
         cmd, rest = words[0], words[1:]
+        if cmd in ("create-tool", "evolve"):
+            tail = line.strip()[len(cmd) :]
+            return self._create_tool(tail) if cmd == "create-tool" else self._evolve(tail)
         if cmd == "workspace" and rest:
             return self._switch(rest[0])  # before opening the default one
         ws = self.workspace
@@ -176,13 +192,84 @@ class TeaMagics(Magics):
                 return ws.tools.rollback(rest[0], int(rest[1]))
             if cmd == "workspace":
                 return self._switch(rest[0]) if rest else ws
-            if cmd == "plot":
-                from tea_notebook.runtime.plots import plot_run, plot_runs
+            if cmd == "stats":
+                from tea_notebook.evolve.stats import tool_stats
 
+                return tool_stats(ws)
+            if cmd == "plot":
+                from tea_notebook.runtime.plots import plot_evolution, plot_run, plot_runs
+
+                if rest and rest[0] == "evolution":
+                    return plot_evolution(ws)
                 return plot_run(ws.trajectory(rest[0])) if rest else plot_runs(ws)
         except TeaError as exc:
             raise UsageError(str(exc)) from None
         raise UsageError(f"unknown %tea subcommand {cmd!r}; %tea help lists them")
+
+    # -- %tea create-tool / evolve ----------------------------------------------------------
+    def _create_tool(self, tail: str) -> Any:
+        """``%tea create-tool [--manual|--auto] [--model M] [--max-fixes N] [--quiet] TEXT`` → a Creation."""
+        parser = MagicArgumentParser(prog="%tea create-tool", add_help=False)
+        parser.add_argument("text", nargs="*")
+        mode = parser.add_mutually_exclusive_group()
+        mode.add_argument("--manual", action="store_true", help="wait for your approval before registering")
+        mode.add_argument("--auto", action="store_true", help="register what passes (overrides tool_approval)")
+        parser.add_argument("--model", help="model for the tool manager")
+        parser.add_argument("--max-fixes", type=int, default=3, help="bound on fix iterations")
+        parser.add_argument("--quiet", action="store_true", help="no live view")
+        args = parser.parse_args(_split(tail))
+        request = " ".join(args.text).strip()
+        if not request:
+            raise UsageError('usage: %tea create-tool [--manual] [--model M] "what the tool should do"')
+        if args.max_fixes < 0:
+            raise UsageError("--max-fixes must be 0 or more")
+        approval = "manual" if args.manual else "auto" if args.auto else self.tool_approval
+        ws = self.workspace
+        model = self._model_for("create-tool", args.model)
+        from tea_notebook.evolve.toolmaker import ToolMaker
+
+        maker = ToolMaker(ws, model=model, approval=approval, max_fixes=args.max_fixes)
+        try:
+            return self._drive(ws, lambda ctx: maker.acreate(request, context=ctx), quiet=args.quiet)
+        except TeaError as exc:
+            raise UsageError(f"%tea create-tool: {_short(exc)}") from None
+
+    def _evolve(self, tail: str) -> Any:
+        """``%tea evolve [--ground-truth X] [--manual|--auto] [--model M] [--quiet] TASK`` → an EvolutionResult."""
+        parser = MagicArgumentParser(prog="%tea evolve", add_help=False)
+        parser.add_argument("task", nargs="*")
+        parser.add_argument("--ground-truth", dest="ground_truth", help="the expected answer (judged against it)")
+        parser.add_argument("--model", help="model for every stage of the loop")
+        mode = parser.add_mutually_exclusive_group()
+        mode.add_argument("--manual", action="store_true", help="new tools and fixed versions wait for approval")
+        mode.add_argument("--auto", action="store_true", help="register what passes (overrides tool_approval)")
+        parser.add_argument("--quiet", action="store_true", help="no live view")
+        args = parser.parse_args(_split(tail))
+        task = " ".join(args.task).strip()
+        if not task:
+            raise UsageError('usage: %tea evolve [--ground-truth X] [--manual] [--model M] "TASK"')
+        from tea_notebook.evolve.loop import Mem2Evolve
+
+        ws = self.workspace
+        model = self._model_for("evolve", args.model)
+        try:
+            approval = "manual" if args.manual else "auto" if args.auto else self.tool_approval
+            loop = Mem2Evolve(ws, model=model, approval=approval)
+            return self._drive(ws, lambda ctx: loop.arun(task, args.ground_truth, context=ctx), quiet=args.quiet)
+        except TeaError as exc:
+            raise UsageError(f"%tea evolve: {_short(exc)}") from None
+
+    def _model_for(self, what: str, explicit: str | None) -> str:
+        """The model a self-evolution subcommand uses; the offline demo cannot do this, so none is an error."""
+        from tea_notebook.models.client import resolve_model
+
+        model, source = resolve_model(explicit or self.default_model, None, self.workspace.default_model)
+        if source == "default":
+            raise UsageError(
+                f"%tea {what} needs a model: --model NAME, %tea model NAME, "
+                "%config TeaMagics.default_model = NAME or the TEA_MODEL environment variable"
+            )
+        return model
 
     @staticmethod
     def _arg(rest: list[str], what: str) -> str:
@@ -292,15 +379,23 @@ class TeaMagics(Magics):
             raise UsageError(f"--interpolate: {exc} (write {{{{ and }}}} for literal braces)") from None
 
     def _run(self, agent: Any, task: str, model: str | None, quiet: bool, grants: list[str] | None = None) -> Any:
+        return self._drive(
+            agent.workspace,
+            lambda ctx: agent.run(task, model=model, context=ctx, grants=list(grants or ())),
+            quiet=quiet,
+        )
+
+    def _drive(self, ws: Any, start: Callable[[Any], Any], quiet: bool) -> Any:
+        """Run ``start(ctx)`` (a coroutine making runs under the cell's context ``ctx``) on the
+        background loop with the live view following its run tree; an interrupt stops it cooperatively."""
         from tea_notebook._sync import submit
         from tea_notebook.notebook.live import LiveView
 
-        ws = agent.workspace
         ctx = ws.context()
         view = None if quiet or not self.live else LiveView(self.update_interval)
         follow = _CellRuns(view, ctx.id) if view else None
         unsubscribe = ws.events.subscribe(follow) if follow else None
-        run = agent.run(task, model=model, context=ctx, grants=list(grants or ()))
+        run = start(ctx)
         future = submit(follow.run(run) if follow else run)
         try:
             try:
@@ -313,16 +408,30 @@ class TeaMagics(Magics):
         finally:
             if unsubscribe:
                 unsubscribe()
-        if view is not None:
-            view.close(final=view.summary())  # the full trajectory is the cell's result just below
+            if view is not None:
+                view.close(final=view.summary())  # the full result is the cell's value just below
         return result
+
+
+def _split(tail: str) -> list[str]:
+    """Shell-like words of a subcommand's arguments; unbalanced quotes (an apostrophe) fall back to spaces."""
+    try:
+        return shlex.split(tail)
+    except ValueError:
+        return tail.split()
+
+
+def _short(exc: BaseException, limit: int = 300) -> str:
+    text = " ".join(str(exc).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 _cell: contextvars.ContextVar["_CellRuns | None"] = contextvars.ContextVar("tea_cell_runs", default=None)
 
 
 class _CellRuns:
-    """Passes a live view the events of the run tree one ``%%agent`` cell started, and no others.
+    """Passes a live view the events of the run tree one cell started (``%%agent``, ``%tea create-tool``,
+    ``%tea evolve``), and no others.
 
     An event belongs to the cell when it is emitted inside the cell's run (the context variable the
     run's task and its sub-tasks inherit), names the cell's context as its root, or comes from a run
@@ -332,6 +441,7 @@ class _CellRuns:
     def __init__(self, view: Any, context_id: str):
         self.view, self.context_id = view, context_id
         self.runs: set[str] = set()
+        self.processes: set[str] = set()  # staged runs (tool manager, judge …): their steps carry their actions
 
     async def run(self, coro: Any) -> Any:
         """Await ``coro`` (the agent's run) marked as this cell's."""
@@ -347,11 +457,36 @@ class _CellRuns:
         ):
             return
         self.runs.add(event.run_id)
+        if event.type == "run_started" and event.data.get("process"):
+            self.processes.add(event.run_id)
+        elif event.type == "step" and event.run_id in self.processes:
+            for synthetic in _stage_actions(event):
+                self.view(synthetic)
         self.view(event)
+
+
+def _stage_actions(event: Any) -> list[Any]:
+    """A staged run's step records its action only in the step (``results``); the live view shows
+    actions from tool_call / tool_result events, so make those (the stored trajectory reads the step)."""
+    from dataclasses import replace
+
+    out = []
+    for i, item in enumerate(event.data.get("results") or []):
+        if not isinstance(item, (list, tuple)) or len(item) != 3:
+            continue
+        name, arguments, shown = item
+        call_id = f"{event.id}:{i}"
+        out.append(replace(event, type="tool_call", data={"id": call_id, "name": name, "arguments": arguments}))
+        ok = not str(shown).startswith("Error")
+        out.append(replace(event, type="tool_result", data={"id": call_id, "ok": ok, "observation": shown}))
+    return out
 
 
 def load(ip: Any) -> TeaMagics:
     """Register the magics with a shell (``%load_ext tea_notebook``)."""
+    from tea_notebook.notebook.creation_view import register_formatters
+
     magics = TeaMagics(shell=ip, config=ip.config)
     ip.register_magics(magics)
+    register_formatters(ip)
     return magics
