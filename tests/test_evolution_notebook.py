@@ -29,8 +29,7 @@ from tea_notebook.evolve.loop import EvolutionResult  # noqa: E402
 from tea_notebook.evolve.stats import ToolStats  # noqa: E402
 from tea_notebook.evolve.toolmaker import Creation  # noqa: E402
 from tea_notebook.models.offline import ScriptedModel, call, history_calls  # noqa: E402
-from tea_notebook.notebook import creation_view  # noqa: E402
-from tea_notebook.notebook.magics import TeaMagics, _CellRuns  # noqa: E402
+from tea_notebook.notebook.magics import TeaMagics  # noqa: E402
 from tea_notebook.notebook.memory_view import MemoryExplorer  # noqa: E402
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -756,29 +755,39 @@ def test_evolve_manual_approval_and_errors(ip, ws, shown):
 
 
 # -- the live view plumbing ---------------------------------------------------------------------------
-def test_staged_steps_become_actions_for_the_live_view():
+def test_staged_steps_show_their_action_in_the_live_view():
+    from tea_notebook.notebook.live import LiveView
     from tea_notebook.runtime.events import Event
 
-    seen: list[Event] = []
-    follow = _CellRuns(seen.append, "ctx")
-    started = Event("e1", "r1", "run_started", 0.0, {"root_run": "ctx", "process": True, "agent": "tool_manager"})
-    step = Event(
-        "e2",
-        "r1",
-        "step",
-        1.0,
-        {"root_run": "ctx", "results": [["validate", '{"tool": "t"}', "Error: failed"]]},
-        step=1,
+    view = LiveView(display=False)
+    view(Event("e1", "r1", "run_started", 0.0, {"root_run": "r1", "process": True, "agent": "tool_manager"}))
+    view(
+        Event(
+            "e2",
+            "r1",
+            "step",
+            1.0,
+            {"root_run": "r1", "results": [["validate", '{"tool": "t"}', "Error: <b>failed</b>"]]},
+            step=1,
+        )
     )
-    follow(started)
-    follow(step)
-    assert [e.type for e in seen] == ["run_started", "tool_call", "tool_result", "step"]
-    assert seen[1].data == {"id": "e2:0", "name": "validate", "arguments": '{"tool": "t"}'}
-    assert seen[2].data == {"id": "e2:0", "ok": False, "observation": "Error: failed"}
-    agent_step = Event("e3", "r2", "step", 1.0, {"root_run": "ctx", "results": [["add", "{}", "3"]]}, step=1)
-    follow(Event("e0", "r2", "run_started", 0.0, {"root_run": "ctx", "agent": "agent"}))
-    follow(agent_step)
-    assert seen[-1] is agent_step and seen[-2].type == "run_started"  # agent steps have their own tool events
+    actions = view.runs["r1"].steps[1].actions
+    assert actions == [
+        {
+            "id": "e2:0",
+            "name": "validate",
+            "arguments": '{"tool": "t"}',
+            "observation": "Error: <b>failed</b>",
+            "ok": False,
+        }
+    ]
+    page = view.html()
+    assert "validate" in page and "&lt;b&gt;failed&lt;/b&gt;" in page and "<b>failed</b>" not in page
+    # an agent run's steps keep the actions its tool events built
+    view(Event("e3", "r2", "run_started", 0.0, {"root_run": "r1", "agent": "agent"}, parent_id="r1"))
+    view(Event("e4", "r2", "tool_call", 1.0, {"id": "c1", "name": "add", "arguments": {}}, step=1, parent_id="r1"))
+    view(Event("e5", "r2", "step", 1.0, {"results": [["add", "{}", "3"]]}, step=1, parent_id="r1"))
+    assert [a["id"] for a in view.runs["r2"].steps[1].actions] == ["c1"]
 
 
 def test_help_lists_the_new_subcommands(ip):
@@ -798,4 +807,3 @@ def test_formatters_need_no_evolve_import():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip().endswith("False")
-    assert creation_view.register_formatters(object()) is None  # no shell: nothing to do

@@ -265,6 +265,11 @@ class EvolutionResult:
     def __repr__(self) -> str:
         return self.summary()
 
+    def _repr_html_(self) -> str:
+        from tea_notebook.evolve.render import evolution_html
+
+        return evolution_html(self)
+
     def _repr_pretty_(self, p: Any, cycle: bool) -> None:
         p.text(self.summary())
 

@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from tea_notebook.workspace import Workspace
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class ToolStats:
     """Self-evolution of the tool bank so far."""
 
@@ -28,6 +28,16 @@ class ToolStats:
     def reuse_rate(self) -> float:
         """Share of created tools used again after their creation."""
         return self.reused_tools / self.created if self.created else 0.0
+
+    def _repr_html_(self) -> str:
+        from tea_notebook.evolve.render import stats_html
+
+        return stats_html(self)
+
+    def __repr__(self) -> str:
+        from tea_notebook.evolve.render import stats_text
+
+        return stats_text(self)
 
     def __str__(self) -> str:
         return (

@@ -209,7 +209,14 @@ class Creation:
         return "\n".join(lines)
 
     def __repr__(self) -> str:
-        return self.summary()
+        from tea_notebook.evolve.render import creation_text
+
+        return creation_text(self)
+
+    def _repr_html_(self) -> str:
+        from tea_notebook.evolve.render import creation_html
+
+        return creation_html(self)
 
     def _refresh_status(self) -> None:
         states = {c.status for c in self.candidates}

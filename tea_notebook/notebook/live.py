@@ -84,6 +84,7 @@ class _RunState:
         self.tokens = 0
         self.cost = 0.0
         self.note = ""
+        self.staged = False
 
 
 class LiveView:
@@ -122,6 +123,7 @@ class LiveView:
         if e.type == "run_started":
             self.runs[e.run_id] = _RunState(d.get("agent", ""), d.get("task", ""), d.get("model", ""))
             self.runs[e.run_id].note = d.get("note") or ""
+            self.runs[e.run_id].staged = bool(d.get("process"))
             if e.parent_id and e.parent_id in self.runs:
                 self.runs[e.parent_id].children.append(e.run_id)
             elif self.root is None:
@@ -141,6 +143,17 @@ class LiveView:
                 if a.get("id") == d["id"]:
                     a.update(ok=d["ok"], observation=d["observation"])
         elif e.type == "step" and step is not None:
+            if run.staged:  # a staged run (tool manager, judge …) records its one action in the step itself
+                step.actions = [
+                    {
+                        "id": f"{e.id}:{i}",
+                        "name": name,
+                        "arguments": args,
+                        "observation": shown,
+                        "ok": not str(shown).startswith("Error"),
+                    }
+                    for i, (name, args, shown) in enumerate(d.get("results") or [])
+                ]
             step.thinking, step.evaluation = d.get("thinking", ""), d.get("evaluation", "")
             step.memory, step.next_goal = d.get("memory", ""), d.get("next_goal", "")
             step.replayed = bool(d.get("replayed"))

@@ -441,7 +441,6 @@ class _CellRuns:
     def __init__(self, view: Any, context_id: str):
         self.view, self.context_id = view, context_id
         self.runs: set[str] = set()
-        self.processes: set[str] = set()  # staged runs (tool manager, judge …): their steps carry their actions
 
     async def run(self, coro: Any) -> Any:
         """Await ``coro`` (the agent's run) marked as this cell's."""
@@ -457,36 +456,11 @@ class _CellRuns:
         ):
             return
         self.runs.add(event.run_id)
-        if event.type == "run_started" and event.data.get("process"):
-            self.processes.add(event.run_id)
-        elif event.type == "step" and event.run_id in self.processes:
-            for synthetic in _stage_actions(event):
-                self.view(synthetic)
         self.view(event)
-
-
-def _stage_actions(event: Any) -> list[Any]:
-    """A staged run's step records its action only in the step (``results``); the live view shows
-    actions from tool_call / tool_result events, so make those (the stored trajectory reads the step)."""
-    from dataclasses import replace
-
-    out = []
-    for i, item in enumerate(event.data.get("results") or []):
-        if not isinstance(item, (list, tuple)) or len(item) != 3:
-            continue
-        name, arguments, shown = item
-        call_id = f"{event.id}:{i}"
-        out.append(replace(event, type="tool_call", data={"id": call_id, "name": name, "arguments": arguments}))
-        ok = not str(shown).startswith("Error")
-        out.append(replace(event, type="tool_result", data={"id": call_id, "ok": ok, "observation": shown}))
-    return out
 
 
 def load(ip: Any) -> TeaMagics:
     """Register the magics with a shell (``%load_ext tea_notebook``)."""
-    from tea_notebook.notebook.creation_view import register_formatters
-
     magics = TeaMagics(shell=ip, config=ip.config)
     ip.register_magics(magics)
-    register_formatters(ip)
     return magics

@@ -294,29 +294,6 @@ def stats_html(stats: Any) -> str:
     return f"{_CSS}{_STYLE}<div class='tea-t tea-cr'><b>tool statistics</b><table>{body}</table></div>"
 
 
-# -- IPython ----------------------------------------------------------------------------------------
-def _pretty(render: Any) -> Any:
-    def printer(obj: Any, p: Any, cycle: bool) -> None:
-        p.text(render(obj))
-
-    return printer
-
-
-def register_formatters(shell: Any) -> None:
-    """Display creations and tool statistics richly in ``shell`` (by type name: nothing is imported)."""
-    formatters = getattr(getattr(shell, "display_formatter", None), "formatters", None)
-    if not formatters:
-        return
-    for module, name, to_html, to_text in (
-        ("tea_notebook.evolve.toolmaker", "Creation", creation_html, creation_text),
-        ("tea_notebook.evolve.stats", "ToolStats", stats_html, stats_text),
-        ("tea_notebook.evolve.loop", "EvolutionResult", evolution_html, None),  # its own text
-    ):
-        formatters["text/html"].for_type_by_name(module, name, to_html)
-        if to_text is not None:
-            formatters["text/plain"].for_type_by_name(module, name, _pretty(to_text))
-
-
 __all__ = [
     "approval_hint",
     "creation_bundle",
@@ -324,7 +301,6 @@ __all__ = [
     "creation_text",
     "evolution_html",
     "evolution_pending",
-    "register_formatters",
     "stats_html",
     "stats_rows",
     "stats_text",
