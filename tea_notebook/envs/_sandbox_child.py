@@ -90,6 +90,7 @@ def _confine(rules):
     writes only inside the working directory, reads only there and in the interpreter's own
     folders, no network, no new programs. Code in C extensions that makes system calls itself
     is not covered; the process limits still are."""
+
     def roots(paths):
         return tuple(os.path.realpath(p) for p in paths if p)
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, ClassVar, Literal
 from urllib.parse import unquote, urlparse
 
+from tea_notebook.envs import browser_scripts as scripts
 from tea_notebook.envs.base import Environment, EnvironmentFailure, action
 
 if TYPE_CHECKING:
@@ -66,229 +67,8 @@ _NET_ERRORS = {
     "ERR_BLOCKED_BY_CLIENT": "the request was blocked",
 }
 
+
 # Counts popups (target=_blank links, window.open) so that a click knows to wait for the new tab.
-_INIT_SCRIPT = """
-(() => {
-  if (window.__teaInit) return;
-  window.__teaInit = true;
-  window.__teaPopups = 0;
-  const open = window.open;
-  window.open = function (...args) { window.__teaPopups += 1; return open.apply(this, args); };
-  document.addEventListener('click', (event) => {
-    const a = event.target && event.target.closest && event.target.closest('a[href]');
-    const target = a ? (a.getAttribute('target') || '').toLowerCase() : '';
-    if (target && !['_self', '_parent', '_top'].includes(target)) window.__teaPopups += 1;
-  }, true);
-})();
-"""
-
-# The state snapshot: where the page is and its visible interactive elements, each with a
-# selector that click/input accept (the element's unique id, or a data-tea attribute set here).
-_SNAPSHOT_JS = """
-(max) => {
-  const visible = (el) => {
-    const r = el.getBoundingClientRect();
-    if (r.width <= 0 || r.height <= 0) return false;
-    const s = getComputedStyle(el);
-    return s.visibility !== 'hidden' && s.display !== 'none';
-  };
-  const one = (s) => (s || '').replace(/\\s+/g, ' ').trim();
-  const query = 'a[href], button, input:not([type=hidden]), select, textarea, summary, [role=button], '
-    + '[role=link], [role=tab], [role=menuitem], [onclick], [contenteditable=""], [contenteditable=true]';
-  const nodes = document.querySelectorAll(query);
-  const inView = [], below = [];
-  let total = 0;
-  for (let i = 0; i < nodes.length && i < 4000; i++) {
-    const el = nodes[i];
-    if (!visible(el)) continue;
-    total += 1;
-    const r = el.getBoundingClientRect();
-    if (r.bottom >= 0 && r.top <= innerHeight) { if (inView.length < max) inView.push(el); }
-    else if (below.length < max) below.push(el);
-  }
-  if (window.__teaSeq === undefined) window.__teaSeq = 0;
-  const elements = inView.concat(below).slice(0, max).map((el) => {
-    let selector;
-    if (el.id && document.querySelectorAll('#' + CSS.escape(el.id)).length === 1) {
-      selector = '#' + CSS.escape(el.id);
-    } else {
-      let key = el.getAttribute('data-tea');
-      if (!key) { window.__teaSeq += 1; key = String(window.__teaSeq); el.setAttribute('data-tea', key); }
-      selector = '[data-tea="' + key + '"]';
-    }
-    const tag = el.tagName.toLowerCase();
-    let kind = el.getAttribute('role') || (tag === 'a' ? 'link' : tag);
-    if (tag === 'input') kind = 'input[' + (el.getAttribute('type') || 'text').toLowerCase() + ']';
-    const text = one(el.innerText || (['submit', 'button', 'reset'].includes(el.type) ? el.value : '')
-      || el.getAttribute('aria-label') || el.title || el.getAttribute('alt') || '').slice(0, 60);
-    const out = { selector, kind, text };
-    if (tag === 'a') out.href = (el.getAttribute('href') || '').slice(0, 80);
-    if (tag === 'input' || tag === 'textarea' || tag === 'select') {
-      if (el.name) out.name = el.name;
-      if (el.placeholder) out.placeholder = el.placeholder.slice(0, 40);
-      if (el.value && !['submit', 'button', 'reset'].includes(el.type)) out.value = String(el.value).slice(0, 40);
-    }
-    return out;
-  });
-  const doc = document.documentElement;
-  const height = Math.max(doc ? doc.scrollHeight : 0, document.body ? document.body.scrollHeight : 0);
-  return {
-    url: location.href, title: document.title, contentType: document.contentType,
-    scrollY: Math.round(window.scrollY), height, viewport: innerHeight, total, elements,
-  };
-}
-"""
-
-# HTML → markdown, in the page: headings, paragraphs, links as [text](href), lists, tables, code.
-_MARKDOWN_JS = """
-([selector, limit]) => {
-  const root = selector ? document.querySelector(selector) : (document.body || document.documentElement);
-  if (!root) return null;
-  const SKIP = new Set(['SCRIPT', 'STYLE', 'NOSCRIPT', 'TEMPLATE', 'SVG', 'CANVAS', 'IFRAME', 'OBJECT', 'EMBED',
-    'HEAD', 'META', 'LINK', 'MATH']);
-  const BLOCK = new Set(['P', 'DIV', 'SECTION', 'ARTICLE', 'MAIN', 'HEADER', 'FOOTER', 'NAV', 'ASIDE', 'FORM',
-    'FIELDSET', 'FIGURE', 'FIGCAPTION', 'DETAILS', 'SUMMARY', 'ADDRESS', 'DL', 'DT', 'DD', 'CENTER', 'LEGEND',
-    'BODY', 'HTML', 'TR', 'LI', 'DIALOG']);
-  const abs = (u) => { try { return new URL(u, document.baseURI).href; } catch (e) { return u; } };
-  const one = (s) => (s || '').replace(/\\s+/g, ' ').trim();
-  const hidden = (el) => {
-    if (el.hidden || el.getAttribute('aria-hidden') === 'true') return true;
-    const s = getComputedStyle(el);
-    return s.display === 'none' || s.visibility === 'hidden';
-  };
-  let size = 0;
-  const kids = (el) => {
-    let out = '';
-    for (const c of el.childNodes) { if (size > limit) break; out += walk(c); }
-    return out;
-  };
-  const wrap = (mark, el) => { const t = one(kids(el)); return t ? mark + t + mark : ''; };
-  function list(el, ordered) {
-    let n = parseInt(el.getAttribute('start') || '1', 10) || 1;
-    let out = '\\n';
-    for (const li of el.children) {
-      if (li.tagName !== 'LI' || hidden(li)) continue;
-      const bullet = ordered ? (n++) + '. ' : '- ';
-      const body = kids(li).replace(/\\n\\s*\\n/g, '\\n').trim();
-      out += '\\n' + bullet + body.replace(/\\n/g, '\\n' + ' '.repeat(bullet.length));
-    }
-    return out + '\\n\\n';
-  }
-  function table(el) {
-    const rows = [];
-    for (const tr of el.querySelectorAll('tr')) {
-      if (tr.closest('table') !== el || hidden(tr)) continue;
-      const cells = [...tr.children].filter((c) => c.tagName === 'TD' || c.tagName === 'TH')
-        .map((c) => one(kids(c)).replace(/\\|/g, '\\\\|'));
-      if (cells.length) rows.push(cells);
-      if (rows.length >= 300 || size > limit) break;
-    }
-    if (!rows.length) return '';
-    const width = Math.max(...rows.map((r) => r.length));
-    const line = (r) => '| ' + r.concat(Array(width - r.length).fill('')).join(' | ') + ' |';
-    return '\\n\\n' + [line(rows[0]), '|' + ' --- |'.repeat(width), ...rows.slice(1).map(line)].join('\\n') + '\\n\\n';
-  }
-  function field(el) {
-    const tag = el.tagName;
-    const type = (el.getAttribute('type') || 'text').toLowerCase();
-    if (tag === 'INPUT' && type === 'hidden') return '';
-    const isButton = ['submit', 'button', 'reset', 'image'].includes(type);
-    if (tag === 'INPUT' && isButton) return '[' + one(el.value || type) + ']';
-    if (tag === 'INPUT' && (type === 'checkbox' || type === 'radio')) return el.checked ? '[x] ' : '[ ] ';
-    if (tag === 'SELECT') {
-      const o = el.selectedOptions && el.selectedOptions[0];
-      return '[select' + (el.name ? ' ' + el.name : '') + ': ' + (o ? one(o.text) : '') + ']';
-    }
-    let out = '[' + (tag === 'TEXTAREA' ? 'textarea' : 'input') + (el.name ? ' ' + el.name : '');
-    if (el.placeholder) out += ' "' + one(el.placeholder) + '"';
-    if (el.value) out += ' = "' + one(el.value).slice(0, 80) + '"';
-    return out + ']';
-  }
-  function walk(node) {
-    if (node.nodeType === 3) { const t = node.data.replace(/\\s+/g, ' '); size += t.length; return t; }
-    if (node.nodeType !== 1) return '';
-    const el = node;
-    const tag = el.tagName.toUpperCase();
-    if (SKIP.has(tag) || (tag === 'DIALOG' && !el.open) || hidden(el)) return '';
-    switch (tag) {
-      case 'H1': case 'H2': case 'H3': case 'H4': case 'H5': case 'H6': {
-        const t = one(kids(el));
-        return t ? '\\n\\n' + '#'.repeat(Number(tag[1])) + ' ' + t + '\\n\\n' : '';
-      }
-      case 'BR': return '\\n';
-      case 'HR': return '\\n\\n---\\n\\n';
-      case 'A': {
-        const text = one(kids(el)) || one(el.getAttribute('aria-label') || el.title || '');
-        const href = el.getAttribute('href');
-        if (!href || !text || /^\\s*javascript:/i.test(href)) return text;
-        return '[' + text + '](' + abs(href) + ')';
-      }
-      case 'IMG': {
-        const alt = one(el.getAttribute('alt'));
-        const src = el.getAttribute('src') || '';
-        if (!alt) return '';
-        return src && !src.startsWith('data:') ? '![' + alt + '](' + abs(src) + ')' : '[image: ' + alt + ']';
-      }
-      case 'STRONG': case 'B': return wrap('**', el);
-      case 'EM': case 'I': return wrap('*', el);
-      case 'CODE': case 'KBD': case 'SAMP': { const t = one(el.textContent); return t ? '`' + t + '`' : ''; }
-      case 'PRE': {
-        size += el.innerText.length;
-        return '\\n\\n```\\n' + el.innerText.replace(/\\n+$/, '') + '\\n```\\n\\n';
-      }
-      case 'UL': case 'MENU': return list(el, false);
-      case 'OL': return list(el, true);
-      case 'TABLE': return table(el);
-      case 'BLOCKQUOTE': {
-        const t = kids(el).replace(/\\n\\s*\\n/g, '\\n').trim();
-        return t ? '\\n\\n' + t.split('\\n').map((l) => '> ' + l.trim()).join('\\n') + '\\n\\n' : '';
-      }
-      case 'INPUT': case 'TEXTAREA': case 'SELECT': return field(el);
-      case 'BUTTON': { const t = one(kids(el)); return t ? '[' + t + ']' : ''; }
-    }
-    const inner = kids(el);
-    return BLOCK.has(tag) ? '\\n\\n' + inner + '\\n\\n' : inner;
-  }
-  const md = walk(root);
-  return md.split('\\n').map((l) => {
-    const t = l.replace(/\\s+$/, '');
-    return /^\\s*(?:- |\\d+\\. )/.test(t) ? t : t.trimStart();
-  }).join('\\n').replace(/\\n{3,}/g, '\\n\\n').trim();
-}
-"""
-
-_SCROLL_JS = """
-([dy, pages]) => {
-  const delta = pages ? dy * window.innerHeight : dy;
-  const doc = document.scrollingElement || document.documentElement;
-  const before = window.scrollY;
-  window.scrollBy({ top: delta, left: 0, behavior: 'instant' });
-  let moved = window.scrollY - before, where = 'page', y = window.scrollY, height = doc.scrollHeight;
-  if (moved === 0) {  // the content may scroll inside an element: the largest scrollable one
-    let best = null, area = 0;
-    for (const el of document.querySelectorAll('body *')) {
-      if (el.scrollHeight <= el.clientHeight + 1) continue;
-      const s = getComputedStyle(el).overflowY;
-      if (s !== 'auto' && s !== 'scroll') continue;
-      const a = el.clientWidth * el.clientHeight;
-      if (a > area) { best = el; area = a; }
-    }
-    if (best) {
-      const b = best.scrollTop;
-      best.scrollBy({ top: pages ? dy * best.clientHeight : dy, behavior: 'instant' });
-      moved = best.scrollTop - b; where = 'element'; y = best.scrollTop; height = best.scrollHeight;
-    }
-  }
-  return { moved: Math.round(moved), y: Math.round(y), height, where };
-}
-"""
-
-_DESCRIBE_JS = """(el) => el.tagName.toLowerCase() + ' ' + JSON.stringify(((el.innerText || el.value
-  || el.getAttribute('aria-label') || el.placeholder || '') + '').replace(/\\s+/g, ' ').trim().slice(0, 60))"""
-_POPUPS_JS = "() => { const n = window.__teaPopups || 0; window.__teaPopups = 0; return n; }"
-
-
-# -- finding a browser -------------------------------------------------------------------------------
 def system_chromium() -> str | None:
     """The system Chromium (``/usr/bin/chromium``, or ``chromium``/``chromium-browser`` on PATH), or None."""
     for name in SYSTEM_CHROMIUM:
@@ -539,7 +319,7 @@ class Browser(Environment):
         ctx = self._context
         ctx.set_default_timeout(self.op_timeout * 1000)
         ctx.set_default_navigation_timeout(self.op_timeout * 1000)
-        await ctx.add_init_script(_INIT_SCRIPT)
+        await ctx.add_init_script(scripts.INIT_SCRIPT)
         self._dead = self._closing = False
         ctx.on("close", self._on_context_close)
         ctx.on("page", self._register)
@@ -864,7 +644,7 @@ class Browser(Environment):
             self._state_text = self._format_state(None)
             return notes
         try:
-            snap = await asyncio.wait_for(page.evaluate(_SNAPSHOT_JS, MAX_ELEMENTS), self._left(2.0))
+            snap = await asyncio.wait_for(page.evaluate(scripts.SNAPSHOT_JS, MAX_ELEMENTS), self._left(2.0))
         except Exception:  # noqa: BLE001 - a page that cannot be read still gets a state
             snap = None
         tab_id = self._current
@@ -986,7 +766,7 @@ class Browser(Environment):
     @staticmethod
     async def _describe(loc: "Locator") -> str:
         try:
-            text = await loc.evaluate(_DESCRIBE_JS, timeout=1000)
+            text = await loc.evaluate(scripts.DESCRIBE_JS, timeout=1000)
             return str(text)
         except Exception:  # noqa: BLE001
             return "the element"
@@ -1004,7 +784,7 @@ class Browser(Environment):
     async def _popup(self, page: "Page", opened_before: int) -> str | None:
         """After a click: when the page opened a tab (target=_blank, window.open), wait for it."""
         try:
-            flagged = await page.evaluate(_POPUPS_JS)
+            flagged = await page.evaluate(scripts.POPUPS_JS)
         except Exception:  # noqa: BLE001 - navigated away: no popup flag to read
             flagged = 0
         if flagged and self._pages_opened == opened_before and self._page_event is not None:
@@ -1145,7 +925,7 @@ class Browser(Environment):
 
         async def work(page: "Page") -> str:
             sign = -1 if direction == "up" else 1
-            r = await page.evaluate(_SCROLL_JS, [sign * abs(amount), unit == "pages"])
+            r = await page.evaluate(scripts.SCROLL_JS, [sign * abs(amount), unit == "pages"])
             where = "the page" if r["where"] == "page" else "the scrollable area"
             if r["moved"] == 0:
                 edge = "top" if direction == "up" else "bottom"
@@ -1246,7 +1026,7 @@ class Browser(Environment):
                 body = text if text is not None else "(install pypdf to read PDF text)"
                 header = f"PDF {page.url}, saved to {pdf} ({pdf.stat().st_size:,} bytes)"
                 return f"{note}{header}\n\n{body[offset : offset + limit]}"
-            md = await page.evaluate(_MARKDOWN_JS, [selector, offset + limit + 100_000])
+            md = await page.evaluate(scripts.MARKDOWN_JS, [selector, offset + limit + 100_000])
             if md is None:
                 raise EnvironmentFailure(f"no element matches {selector!r} on {page.url}")
             title = await page.title()
