@@ -586,3 +586,15 @@ def test_ready_spec_skips_assessment(ws):
     assert ws.db.run_row(creation.run_id)["task"].startswith("count_vowels: Count the vowels")
     assert ws.tools.get("count_vowels").description == SPEC["tool_description"]
     assert vowels(ws, "queue") == 4
+
+
+def test_no_model_configured_is_a_clear_error_before_anything_runs(ws, monkeypatch):
+    from tea_notebook.errors import EvolutionError
+    from tea_notebook.evolve.loop import Mem2Evolve
+
+    monkeypatch.delenv("TEA_MODEL", raising=False)
+    with pytest.raises(EvolutionError, match="tool manager: needs a model .*TEA_MODEL"):
+        ws.tools.create("count the vowels in a word")
+    with pytest.raises(EvolutionError, match="mem2evolve: needs a model"):
+        Mem2Evolve(ws).run("How many vowels are in 'banana'?")
+    assert ws.runs() == [] and "count_vowels" not in ws.tools

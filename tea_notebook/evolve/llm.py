@@ -15,6 +15,21 @@ if TYPE_CHECKING:
 _FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.S)
 
 
+def require_model(ws: Any, model: str | None, what: str) -> str:
+    """The model self-evolution uses; the offline demo model cannot write specs, code or judgements,
+    so having no model configured is an error that says how to set one."""
+    from tea_notebook.models.client import resolve_model
+
+    resolved, source = resolve_model(model, None, ws.default_model)
+    if source == "default":
+        raise EvolutionError(
+            what,
+            "needs a model that writes JSON and code (the offline demo model cannot): pass model=..., "
+            "set Workspace(..., model=...) / ws.default_model, or the TEA_MODEL environment variable",
+        )
+    return resolved
+
+
 def stage_of(messages: list[dict[str, Any]]) -> str:
     """The stage a prompt belongs to (its system message starts with ``Stage: NAME``)."""
     first = str(messages[0].get("content", "")) if messages else ""

@@ -35,7 +35,7 @@ from tea_notebook.errors import EvolutionError, TeaError
 from tea_notebook.evolve import prompts
 from tea_notebook.evolve.agent_bank import AgentBank, ExpertSpec, check_spec
 from tea_notebook.evolve.judge import Judgement, check_judgement
-from tea_notebook.evolve.llm import ask_json
+from tea_notebook.evolve.llm import ask_json, require_model
 from tea_notebook.evolve.trace import (
     EvolutionResult,
     Recruit,
@@ -120,6 +120,7 @@ class Mem2Evolve:
         if not isinstance(task, str) or not task.strip():
             raise ValueError("Mem2Evolve.run needs a non-empty task")
         gt = None if ground_truth is None else str(ground_truth)
+        require_model(self.ws, self.model, PROCESS)
         async with Process(self.ws, PROCESS, task, model=self.model, context=context, client=self.client) as proc:
             trace = self.trace = Trace(task, run_id=proc.run_id)
             await self._plan(proc, trace)
@@ -740,6 +741,7 @@ class Mem2Evolve:
     @asynccontextmanager
     async def _stage(self, stage: str, text: str, context: "Context | None") -> AsyncIterator[Process]:
         """A recorded run for one stage called on its own (a notebook cell)."""
+        require_model(self.ws, self.model, stage)
         async with Process(
             self.ws, PROCESS, f"{stage}: {text}", model=self.model, context=context, client=self.client
         ) as proc:

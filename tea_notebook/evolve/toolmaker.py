@@ -26,7 +26,7 @@ from jsonschema.exceptions import SchemaError as JSONSchemaError
 from tea_notebook._sync import run_sync
 from tea_notebook.errors import EvolutionError, TeaError
 from tea_notebook.evolve import prompts
-from tea_notebook.evolve.llm import ask_json
+from tea_notebook.evolve.llm import ask_json, require_model
 from tea_notebook.protocol.records import NAME_PATTERN, ToolRecord
 from tea_notebook.runtime.runlog import Process
 
@@ -261,6 +261,7 @@ class ToolMaker:
     async def acreate(self, request: str | dict[str, Any], *, context: "Context | None" = None) -> Creation:
         """Reuse an existing tool when one covers ``request`` (a task, or a ready spec dict with
         ``tool_name``), else create, validate and register (or discard) the missing ones."""
+        require_model(self.ws, self.model, "tool manager")
         spec_given = isinstance(request, dict)
         text = request.get("tool_description", "") if spec_given else str(request)
         if spec_given:

@@ -261,15 +261,15 @@ class TeaMagics(Magics):
 
     def _model_for(self, what: str, explicit: str | None) -> str:
         """The model a self-evolution subcommand uses; the offline demo cannot do this, so none is an error."""
-        from tea_notebook.models.client import resolve_model
+        from tea_notebook.evolve.llm import require_model
 
-        model, source = resolve_model(explicit or self.default_model, None, self.workspace.default_model)
-        if source == "default":
+        try:
+            return require_model(self.workspace, explicit or self.default_model, f"%tea {what}")
+        except TeaError:
             raise UsageError(
                 f"%tea {what} needs a model: --model NAME, %tea model NAME, "
                 "%config TeaMagics.default_model = NAME or the TEA_MODEL environment variable"
-            )
-        return model
+            ) from None
 
     @staticmethod
     def _arg(rest: list[str], what: str) -> str:
