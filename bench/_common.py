@@ -1,9 +1,11 @@
-"""What the benchmark scripts share: the machine line and writing a section of docs/benchmarks.md."""
+"""What the benchmark scripts share: the machine line, sample summaries and writing a section of
+docs/benchmarks.md."""
 
 from __future__ import annotations
 
 import os
 import platform
+import statistics
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -22,6 +24,18 @@ def machine() -> str:
         pass
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     return f"{os.cpu_count()} cores ({cpu}), {mem:.0f} GiB, Python {platform.python_version()}, {platform.system()}"
+
+
+def summary(samples: list[float]) -> dict[str, float]:
+    """Median, p95, min and count of samples in seconds, reported in milliseconds."""
+    ordered = sorted(samples)
+    p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+    return {
+        "median_ms": statistics.median(ordered) * 1000,
+        "p95_ms": p95 * 1000,
+        "min_ms": ordered[0] * 1000,
+        "n": len(ordered),
+    }
 
 
 def write_section(section: str) -> None:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import http.server
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -36,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from _common import machine, publish  # noqa: E402
+from _common import machine, publish, summary  # noqa: E402
 
 import tea_notebook  # noqa: E402
 from tea_notebook import _sync  # noqa: E402
@@ -45,18 +44,6 @@ from tea_notebook.envs.sandbox import PythonSandbox  # noqa: E402
 
 ROUND_TRIP_TARGET_MS = 20.0
 COLD_START_TARGET_S = 1.0
-
-
-def summary(samples: list[float]) -> dict[str, float]:
-    """Median, p95, min and count of samples in seconds, reported in milliseconds."""
-    ordered = sorted(samples)
-    p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
-    return {
-        "median_ms": statistics.median(ordered) * 1000,
-        "p95_ms": p95 * 1000,
-        "min_ms": ordered[0] * 1000,
-        "n": len(ordered),
-    }
 
 
 def timed(fn: Callable[[], Any], n: int, check: Callable[[Any], bool] | None = None) -> list[float]:

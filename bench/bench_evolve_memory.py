@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from _common import machine, publish  # noqa: E402
+from _common import machine, publish, summary  # noqa: E402
 
 from tea_notebook import Workspace  # noqa: E402
 from tea_notebook.models.embedders import MiniLMEmbedder  # noqa: E402
@@ -152,15 +152,6 @@ def timed(fn, items) -> list[float]:
         fn(item)
         samples.append(time.perf_counter() - t0)
     return samples
-
-
-def summary(samples: list[float]) -> dict[str, float]:
-    """Median and p95 in milliseconds."""
-    ordered = sorted(samples)
-    return {
-        "median_ms": 1000 * statistics.median(ordered),
-        "p95_ms": 1000 * ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))],
-    }
 
 
 def run(n: int, n_queries: int) -> dict:

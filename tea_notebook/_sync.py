@@ -51,6 +51,19 @@ def submit(coro: Coroutine[Any, Any, T]) -> "concurrent.futures.Future[T]":
     return asyncio.run_coroutine_threadsafe(coro, _background_loop())
 
 
+async def on_background(coro: Coroutine[Any, Any, T]) -> T:
+    """Await ``coro`` on the background loop from whatever loop the caller runs on (directly when it
+    is that loop): objects bound to the background loop (a browser session) stay on it."""
+    loop = _background_loop()
+    try:
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    if running is loop:
+        return await coro
+    return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, loop))
+
+
 def run_sync(coro: Coroutine[Any, Any, T]) -> T:
     """Wait for ``coro`` on the background loop and return its result (or raise its exception)."""
     loop = _background_loop()

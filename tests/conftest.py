@@ -28,3 +28,25 @@ def warm_litellm(tmp_path_factory):
     script = ScriptedModel([call("done", success=True, text="warm")])
     assert w.agent("warm", model=script.name, tools=[]).run_sync("warm up").success
     w.close()
+
+
+@pytest.fixture(scope="module")
+def ip(tmp_path_factory):
+    """An in-process IPython shell with the extension loaded (no history file, no ~/.ipython writes)."""
+    import builtins
+
+    from IPython.core.interactiveshell import InteractiveShell
+    from traitlets.config import Config
+
+    before = set(vars(builtins))
+    cfg = Config()
+    cfg.HistoryManager.enabled = False
+    shell = InteractiveShell.instance(config=cfg, ipython_dir=str(tmp_path_factory.mktemp("ipython")))
+    shell.run_line_magic("load_ext", "tea_notebook")
+    yield shell
+    magics = shell.magics_manager.registry["TeaMagics"]
+    if magics._workspace is not None:
+        magics._workspace.close()
+    InteractiveShell.clear_instance()
+    for name in set(vars(builtins)) - before:
+        delattr(builtins, name)

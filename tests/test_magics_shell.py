@@ -5,7 +5,6 @@ embedder and live in tmp_path."""
 
 from __future__ import annotations
 
-import builtins
 import io
 import json
 import os
@@ -15,7 +14,6 @@ import pytest
 pytest.importorskip("IPython")
 
 from IPython.core.error import UsageError  # noqa: E402
-from IPython.core.interactiveshell import InteractiveShell  # noqa: E402
 from traitlets.config import Config  # noqa: E402
 
 import tea_notebook  # noqa: E402
@@ -32,23 +30,6 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 
 # -- the shell ---------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def ip(tmp_path_factory):
-    """An in-process shell with the extension loaded (no history file, no ~/.ipython writes)."""
-    before = set(vars(builtins))
-    cfg = Config()
-    cfg.HistoryManager.enabled = False
-    shell = InteractiveShell.instance(config=cfg, ipython_dir=str(tmp_path_factory.mktemp("ipython")))
-    shell.run_line_magic("load_ext", "tea_notebook")
-    yield shell
-    magics = shell.magics_manager.registry["TeaMagics"]
-    if magics._workspace is not None:
-        magics._workspace.close()
-    InteractiveShell.clear_instance()
-    for name in set(vars(builtins)) - before:
-        delattr(builtins, name)
-
-
 @pytest.fixture
 def magics(ip) -> TeaMagics:
     return ip.magics_manager.registry["TeaMagics"]

@@ -20,8 +20,18 @@ from tea_notebook.errors import ManifestError
 from tea_notebook.protocol.records import Relation, ToolRecord
 
 DOUBLE_SRC = 'def double(x: int) -> int:\n    """Double x."""\n    return 2 * x\n'
-ENTRY_KEYS = {"id", "name", "description", "version", "parameters", "returns", "dependencies",
-              "permissions", "code", "fingerprint"}
+ENTRY_KEYS = {
+    "id",
+    "name",
+    "description",
+    "version",
+    "parameters",
+    "returns",
+    "dependencies",
+    "permissions",
+    "code",
+    "fingerprint",
+}
 
 
 # -- tools to export (module level, so their source is visible) ----------------------------
@@ -478,10 +488,14 @@ def tool_records(draw):
                 category=draw(st.sampled_from(["general", "web", "files", "math"])),
                 parameters=draw(parameter_schemas()),
                 returns=draw(st.sampled_from([{}, {"type": "string"}, {"type": "integer", "description": "n"}])),
-                permissions=draw(st.lists(st.text(alphabet="abcdefghijklmnop:_-", min_size=1, max_size=12), max_size=3)),
+                permissions=draw(
+                    st.lists(st.text(alphabet="abcdefghijklmnop:_-", min_size=1, max_size=12), max_size=3)
+                ),
                 dependencies=draw(st.lists(st.sampled_from(["numpy", "requests", "pandas"]), unique=True)),
                 toolkit=draw(st.one_of(st.none(), NAME)),
-                metadata=draw(st.dictionaries(st.text(max_size=8), st.one_of(st.integers(), st.text(max_size=10)), max_size=2)),
+                metadata=draw(
+                    st.dictionaries(st.text(max_size=8), st.one_of(st.integers(), st.text(max_size=10)), max_size=2)
+                ),
                 relations=relations,
                 source=draw(st.sampled_from(["", DOUBLE_SRC])),
                 trusted=draw(st.booleans()),

@@ -463,7 +463,9 @@ def test_route_prunes_missing_dependency(ws):
 
 
 def test_route_prunes_conflict_with_bound_tool(ws):
-    ws.tools.register(rec("tools", "aaa_writer", "Writes", relations=[{"type": "conflicts_with", "target": "zzz_locker"}]))
+    ws.tools.register(
+        rec("tools", "aaa_writer", "Writes", relations=[{"type": "conflicts_with", "target": "zzz_locker"}])
+    )
     ws.tools.register(rec("tools", "zzz_locker", "Locks"))
     ws.tools.register(rec("tools", "mmm_reader", "Reads"))
     # without bindings, the conflicting pair is not both offered

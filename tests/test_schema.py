@@ -20,7 +20,7 @@ from tea_notebook.protocol.schema import function_schema, parse_docstring
 # parse_docstring
 # --------------------------------------------------------------------------------------
 
-GOOGLE = '''Convert an amount between currencies.
+GOOGLE = """Convert an amount between currencies.
 
     Uses the daily reference rate.
 
@@ -37,9 +37,9 @@ GOOGLE = '''Convert an amount between currencies.
 
     Raises:
         ValueError: when the currency is unknown.
-    '''
+    """
 
-NUMPY = '''Convert an amount between currencies.
+NUMPY = """Convert an amount between currencies.
 
     Parameters
     ----------
@@ -58,9 +58,9 @@ NUMPY = '''Convert an amount between currencies.
     Notes
     -----
     Not part of the parameters.
-    '''
+    """
 
-REST = '''Convert an amount between currencies.
+REST = """Convert an amount between currencies.
 
     :param amount: How much money to convert,
         in the source currency.
@@ -68,7 +68,7 @@ REST = '''Convert an amount between currencies.
         to convert into.
     :returns: The converted amount.
     :raises ValueError: when the currency is unknown.
-    '''
+    """
 
 
 def test_parse_google_summary_params_continuation_and_returns():
@@ -344,9 +344,7 @@ class NotSerialisable:
     pass
 
 
-@pytest.mark.parametrize(
-    "annotation", [NotSerialisable, Callable[[int], int]], ids=["plain-class", "Callable"]
-)
+@pytest.mark.parametrize("annotation", [NotSerialisable, Callable[[int], int]], ids=["plain-class", "Callable"])
 def test_unsupported_annotation_names_parameter(annotation):
     def run(count: int, handler: int) -> None:
         """Run something."""
@@ -598,4 +596,3 @@ def test_random_docstrings_round_trip(names, descs, style, summary):
     doc = parse_docstring(_docstring(summary, params, style))
     assert doc.summary == summary
     assert doc.params == {p["name"]: p["desc"] for p in params}
-

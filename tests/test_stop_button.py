@@ -10,7 +10,6 @@ clicked, and the run must end as ``interrupted`` within 2 s with the kernel stil
 
 from __future__ import annotations
 
-import builtins
 import json
 import os
 import re
@@ -118,26 +117,6 @@ def test_the_kernel_id_comes_from_the_connection_file_name(monkeypatch):
 
 
 # -- %%agent in a plain IPython shell: no button, and --grant ---------------------------------------
-@pytest.fixture(scope="module")
-def ip(tmp_path_factory):
-    pytest.importorskip("IPython")
-    from IPython.core.interactiveshell import InteractiveShell
-    from traitlets.config import Config
-
-    before = set(vars(builtins))
-    cfg = Config()
-    cfg.HistoryManager.enabled = False
-    shell = InteractiveShell.instance(config=cfg, ipython_dir=str(tmp_path_factory.mktemp("ipython")))
-    shell.run_line_magic("load_ext", "tea_notebook")
-    yield shell
-    magics = shell.magics_manager.registry["TeaMagics"]
-    if magics._workspace is not None:
-        magics._workspace.close()
-    InteractiveShell.clear_instance()
-    for name in set(vars(builtins)) - before:
-        delattr(builtins, name)
-
-
 @pytest.fixture
 def shell_ws(ip, tmp_path):
     import tea_notebook

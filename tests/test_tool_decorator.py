@@ -414,9 +414,7 @@ def test_tool_context_state_without_toolkit_is_per_tool(ws):
 
 
 def test_toolkit_record_state_is_the_initial_state(ws):
-    ws.toolkits.register(
-        tea_notebook.ToolkitRecord(name="bank", description="Bank tools.", state={"balance": 100})
-    )
+    ws.toolkits.register(tea_notebook.ToolkitRecord(name="bank", description="Bank tools.", state={"balance": 100}))
 
     @ws.tools.tool(toolkit="bank")
     def withdraw(amount: int, ctx: ToolContext) -> int:

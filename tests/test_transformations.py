@@ -125,7 +125,9 @@ def calc(ws):
 
     ws.tools.register(tea_notebook.tool(add, category="math", toolkit="calc"))
     ws.tools.register(tea_notebook.tool(mul, category="math", toolkit="calc"))
-    ws.toolkits.register({"name": "calc", "description": "Arithmetic", "rules": "integers only", "tools": ["add", "mul"]})
+    ws.toolkits.register(
+        {"name": "calc", "description": "Arithmetic", "rules": "integers only", "tools": ["add", "mul"]}
+    )
     return ["add", "mul"]
 
 
@@ -595,5 +597,7 @@ def test_every_transformation_records_provenance(ws, shop, researcher, calc):
         for record in records:
             assert op(record) == expected, record.name
             # the stored version carries it too
-            registry = {"tool": ws.tools, "toolkit": ws.toolkits, "environment": ws.envs, "agent": ws.agents}[record.KIND]
+            registry = {"tool": ws.tools, "toolkit": ws.toolkits, "environment": ws.envs, "agent": ws.agents}[
+                record.KIND
+            ]
             assert op(registry.get(record.name)) == expected

@@ -299,7 +299,9 @@ def test_two_workspace_objects_on_same_path_follow_change_log(tmp_path):
         assert b.tools.search("transcribe audio recordings", k=1, mode=mode)[0].name == "transcribe_audio"
 
     # a new version: b sees the new description in list, get and search
-    a.tools.register(ToolRecord(name="send_email", description="Post a chat notification to a team channel", category="mail"))
+    a.tools.register(
+        ToolRecord(name="send_email", description="Post a chat notification to a team channel", category="mail")
+    )
     listed = {r.name: r for r in b.tools.list()}
     assert listed["send_email"].description == "Post a chat notification to a team channel"
     assert listed["send_email"].version == 2
@@ -368,9 +370,7 @@ def _check_no_lost_versions(path: Path, workers: int, n: int) -> None:
     versions = [v.version for v in ws.tools.versions("shared")]
     assert versions == list(range(1, workers * n + 1))
     descriptions = {ws.tools.get("shared", version=v).description for v in versions}
-    assert descriptions == {
-        f"shared tool revision {i} written by worker {w}" for w in range(workers) for i in range(n)
-    }
+    assert descriptions == {f"shared tool revision {i} written by worker {w}" for w in range(workers) for i in range(n)}
     assert ws.tools.get("shared").version == workers * n
     private = {f"w{w}_tool_{i}" for w in range(workers) for i in range(0, n, 10)}
     assert set(ws.tools.names()) == private | {"shared"}
@@ -437,7 +437,10 @@ def test_concurrent_processes_registering_and_searching(tmp_path):
         procs = [
             subprocess.Popen(
                 [sys.executable, "-c", _SEARCHER, str(path), str(w), str(gate), str(n)],
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                cwd=REPO,
             )
             for w in range(workers)
         ]

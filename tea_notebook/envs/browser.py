@@ -964,6 +964,12 @@ class Browser(Environment):
 
         return await self._run(work)
 
+    def _tab(self, tab_id: int) -> "Page":
+        page = self._tabs.get(tab_id)
+        if page is None:
+            raise EnvironmentFailure(f"there is no tab {tab_id}; open tabs: {sorted(self._tabs)}")
+        return page
+
     @action
     async def switch_tab(self, tab_id: int) -> str:
         """Make another tab the current one.
@@ -973,9 +979,7 @@ class Browser(Environment):
         """
 
         async def work(_page: "Page") -> str:
-            page = self._tabs.get(tab_id)
-            if page is None:
-                raise EnvironmentFailure(f"there is no tab {tab_id}; open tabs: {sorted(self._tabs)}")
+            page = self._tab(tab_id)
             self._current = tab_id
             await page.bring_to_front()
             return f"Switched to tab [{tab_id}]: {page.url} — title {await page.title()!r}."
@@ -991,9 +995,7 @@ class Browser(Environment):
         """
 
         async def work(_page: "Page") -> str:
-            page = self._tabs.get(tab_id)
-            if page is None:
-                raise EnvironmentFailure(f"there is no tab {tab_id}; open tabs: {sorted(self._tabs)}")
+            page = self._tab(tab_id)
             await page.close()
             self._on_page_close(page)
             current = await self._page()

@@ -112,15 +112,7 @@ class SessionManager:
 
     async def run(self, runtime: EnvironmentRuntime, context: "Context", work: Any) -> Any:
         """Run ``work(session)`` on the background loop, starting the session first if needed."""
-        loop = _sync._background_loop()
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        coro = self._run_here(runtime, context, work)
-        if running is loop:
-            return await coro
-        return await asyncio.wrap_future(_sync.submit(coro))
+        return await _sync.on_background(self._run_here(runtime, context, work))
 
     async def _run_here(self, runtime: EnvironmentRuntime, context: "Context", work: Any) -> Any:
         env = await self._acquire(runtime, context)
@@ -171,15 +163,7 @@ class SessionManager:
                 if env is not None:
                     await _stop(env)
 
-        loop = _sync._background_loop()
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is loop:
-            await stop_all()
-        else:
-            await asyncio.wrap_future(_sync.submit(stop_all()))
+        await _sync.on_background(stop_all())
         return [f"{env}@{k}" for env, k in chosen]
 
     def release(self, key: str | None = None, environment: str | None = None) -> list[str]:

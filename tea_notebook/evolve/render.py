@@ -13,10 +13,9 @@ types, registered by name, so nothing of the evolve package is imported before i
 
 from __future__ import annotations
 
-import html
 from typing import Any
 
-from tea_notebook.runtime.render import _CSS
+from tea_notebook.runtime.render import _CSS, esc
 
 _COLOUR = {
     "registered": "#1a7f37",
@@ -33,10 +32,6 @@ _STYLE = (
     "border-radius:6px;padding:4px 8px;margin:4px 0}.tea-cr table{border-collapse:collapse;font-size:inherit}"
     ".tea-cr td,.tea-cr th{padding:1px 10px 1px 0;vertical-align:top;text-align:left}</style>"
 )
-
-
-def _esc(value: Any) -> str:
-    return html.escape("" if value is None else str(value), quote=True)
 
 
 def _model_of(creation: Any) -> str:
@@ -96,28 +91,28 @@ def _candidate_html(index: int, cand: Any) -> str:
     colour = _COLOUR.get(cand.status, "#57606a")
     version = f" v{cand.tool.version}" if getattr(cand, "tool", None) is not None else ""
     parts = [
-        f"<div class='cand'><div><b><code>{_esc(cand.name)}</code>{_esc(version)}</b> "
-        f"<span class='st' style='color:{colour}'>{_esc(cand.status)}</span> "
-        f"<span class='muted'>· {_esc(_outcome(cand))}</span></div>"
+        f"<div class='cand'><div><b><code>{esc(cand.name)}</code>{esc(version)}</b> "
+        f"<span class='st' style='color:{colour}'>{esc(cand.status)}</span> "
+        f"<span class='muted'>· {esc(_outcome(cand))}</span></div>"
     ]
     description = (cand.spec or {}).get("tool_description") if isinstance(cand.spec, dict) else None
     if description:
-        parts.append(f"<div>{_esc(description)}</div>")
+        parts.append(f"<div>{esc(description)}</div>")
     if cand.reason:
-        parts.append(f"<div class='err'>reason: {_esc(cand.reason)}</div>")
+        parts.append(f"<div class='err'>reason: {esc(cand.reason)}</div>")
     if cand.status == "pending":
         ref = f"creation.candidates[{index}]"
         parts.append(
             "<div class='todo'><b>Waiting for your approval.</b> The code passed its tests in the sandbox and is "
             "not registered yet. With <code>creation</code> this result (<code>creation = _</code> in the next "
             "cell, or <code>creation = %tea create-tool --manual …</code>):"
-            f"<div><code>{_esc(ref)}.accept()</code> registers it,</div>"
-            f"<div><code>{_esc(ref)}.edit(code)</code> replaces the code (validated again),</div>"
-            f'<div><code>{_esc(ref)}.reject("why")</code> discards it, recording why.</div></div>'
+            f"<div><code>{esc(ref)}.accept()</code> registers it,</div>"
+            f"<div><code>{esc(ref)}.edit(code)</code> replaces the code (validated again),</div>"
+            f'<div><code>{esc(ref)}.reject("why")</code> discards it, recording why.</div></div>'
         )
     for label, text in (("code", cand.code), ("tests", cand.tests), ("test output", cand.test_output)):
         if text:
-            parts.append(f"<div class='lbl'>{label}</div><pre>{_esc(text)}</pre>")
+            parts.append(f"<div class='lbl'>{label}</div><pre>{esc(text)}</pre>")
     parts.append("</div>")
     return "".join(parts)
 
@@ -127,18 +122,18 @@ def creation_html(creation: Any) -> str:
     colour = _COLOUR.get(creation.status, "#57606a")
     model = _model_of(creation)
     head = (
-        f"<div class='h'><span class='st' style='color:{colour}'>{_esc(creation.status)}</span>"
+        f"<div class='h'><span class='st' style='color:{colour}'>{esc(creation.status)}</span>"
         "<span><b>tool manager</b></span>"
-        + (f"<span class='muted'>{_esc(model)}</span>" if model else "")
-        + f"<span class='muted'>run {_esc(creation.run_id)}</span></div>"
+        + (f"<span class='muted'>{esc(model)}</span>" if model else "")
+        + f"<span class='muted'>run {esc(creation.run_id)}</span></div>"
     )
     parts = [_CSS, _STYLE, "<div class='tea-t tea-cr'>", head]
-    parts.append(f"<div><span class='muted'>request:</span> {_esc(creation.request)}</div>")
+    parts.append(f"<div><span class='muted'>request:</span> {esc(creation.request)}</div>")
     justification = (creation.need or {}).get("justification") if isinstance(creation.need, dict) else None
     if justification:
-        parts.append(f"<div><span class='muted'>need:</span> {_esc(justification)}</div>")
+        parts.append(f"<div><span class='muted'>need:</span> {esc(justification)}</div>")
     if creation.reused:
-        names = ", ".join(f"<code>{_esc(n)}</code>" for n in creation.reused)
+        names = ", ".join(f"<code>{esc(n)}</code>" for n in creation.reused)
         parts.append(f"<div><span class='muted'>reused existing tools:</span> {names}</div>")
     elif creation.status == "native":
         parts.append("<div class='muted'>no tool needed: the model can do this itself</div>")
@@ -188,24 +183,24 @@ def evolution_html(result: Any) -> str:
     model = _run_model(result.workspace, result.run_id)
     head = (
         f"<div class='h'><span class='st' style='color:{colour}'>{verdict}</span><span><b>mem2evolve</b></span>"
-        + (f"<span class='muted'>{_esc(model)}</span>" if model else "")
-        + f"<span class='muted'>run {_esc(result.run_id)}</span></div>"
+        + (f"<span class='muted'>{esc(model)}</span>" if model else "")
+        + f"<span class='muted'>run {esc(result.run_id)}</span></div>"
     )
     parts = [_CSS, _STYLE, "<div class='tea-t tea-cr'>", head]
-    parts.append(f"<div><span class='muted'>task:</span> {_esc(result.task)}</div>")
-    parts.append(f"<div><span class='muted'>answer:</span> <b>{_esc(result.answer)}</b></div>")
+    parts.append(f"<div><span class='muted'>task:</span> {esc(result.task)}</div>")
+    parts.append(f"<div><span class='muted'>answer:</span> <b>{esc(result.answer)}</b></div>")
     if judgement.ground_truth is not None:
-        parts.append(f"<div><span class='muted'>ground truth:</span> {_esc(judgement.ground_truth)}</div>")
+        parts.append(f"<div><span class='muted'>ground truth:</span> {esc(judgement.ground_truth)}</div>")
     rows = []
     for sub in result.subtasks:
         recruit = sub.recruit
         agent = f"{recruit.spec.role} ({'new' if recruit.agent_created else 'from the bank'})"
         rows.append(
             "<tr>"
-            f"<td>{sub.subtask.number}</td><td>{_esc(sub.subtask.description)}</td><td>{_esc(agent)}</td>"
-            f"<td>{_esc(', '.join(recruit.tools) or '—')}</td><td>{_esc(', '.join(sub.tools_used) or '—')}</td>"
-            f"<td>{_esc(', '.join(sub.experiences) or '—')}</td><td>{_esc(sub.status)}</td>"
-            f"<td>{_esc(sub.answer)}</td></tr>"
+            f"<td>{sub.subtask.number}</td><td>{esc(sub.subtask.description)}</td><td>{esc(agent)}</td>"
+            f"<td>{esc(', '.join(recruit.tools) or '—')}</td><td>{esc(', '.join(sub.tools_used) or '—')}</td>"
+            f"<td>{esc(', '.join(sub.experiences) or '—')}</td><td>{esc(sub.status)}</td>"
+            f"<td>{esc(sub.answer)}</td></tr>"
         )
     parts.append(
         "<div class='lbl'>sub-tasks</div><table class='tea-rb'><thead><tr><th>#</th><th>sub-task</th><th>agent</th>"
@@ -218,7 +213,7 @@ def evolution_html(result: Any) -> str:
         ("agents created", result.new_agents),
     ]
     asset_rows = "".join(
-        f"<tr><td class='muted'>{label}</td><td>{', '.join(f'<code>{_esc(n)}</code>' for n in names) or '—'}</td></tr>"
+        f"<tr><td class='muted'>{label}</td><td>{', '.join(f'<code>{esc(n)}</code>' for n in names) or '—'}</td></tr>"
         for label, names in assets
     )
     parts.append(f"<table>{asset_rows}</table>")
@@ -226,29 +221,29 @@ def evolution_html(result: Any) -> str:
         creation = getattr(sub.recruit, "creation", None)
         if creation is not None and creation.candidates:
             parts.append(
-                f"<details><summary>tool manager for sub-task {sub.subtask.number}: {_esc(creation.status)}</summary>"
+                f"<details><summary>tool manager for sub-task {sub.subtask.number}: {esc(creation.status)}</summary>"
                 + "".join(_candidate_html(i, c) for i, c in enumerate(creation.candidates))
                 + "</details>"
             )
     quality = f" ({judgement.quality})" if judgement.quality else ""
-    parts.append(f"<div class='lbl'>judge{_esc(quality)}</div><div>{_esc(judgement.assessment)}</div>")
+    parts.append(f"<div class='lbl'>judge{esc(quality)}</div><div>{esc(judgement.assessment)}</div>")
     for v in result.validations:
         version = f" v{v.version}" if v.version is not None else ""
         fixes = f" after {v.fix_iterations} fixes" if v.fix_iterations else ""
         why = f" — {v.reason}" if v.reason else ""
         body = "".join(
-            f"<div class='lbl'>{label}</div><pre>{_esc(text)}</pre>"
+            f"<div class='lbl'>{label}</div><pre>{esc(text)}</pre>"
             for label, text in (("tests from the critique", v.tests), ("test output", v.output))
             if text
         )
         parts.append(
-            f"<details><summary>validated <code>{_esc(v.tool)}</code>{_esc(version)}: "
-            f"<b>{_esc(v.status)}</b>{_esc(fixes)}{_esc(why)}</summary>{body}</details>"
+            f"<details><summary>validated <code>{esc(v.tool)}</code>{esc(version)}: "
+            f"<b>{esc(v.status)}</b>{esc(fixes)}{esc(why)}</summary>{body}</details>"
         )
     if result.experiences:
         merged = set(getattr(result.trace, "merged", []) or [])
         items = "".join(
-            f"<li><b>{_esc(e.kind)}</b>: {_esc(e.title)}"
+            f"<li><b>{esc(e.kind)}</b>: {esc(e.title)}"
             + (" <span class='muted'>(merged into an existing entry)</span>" if e.name in merged else "")
             + "</li>"
             for e in result.experiences
@@ -256,7 +251,7 @@ def evolution_html(result: Any) -> str:
         parts.append(f"<div class='lbl'>experience written</div><ul>{items}</ul>")
     pending = evolution_pending(result)
     if pending:
-        hints = "".join(f"<div><code>{_esc(h)}</code></div>" for h in pending)
+        hints = "".join(f"<div><code>{esc(h)}</code></div>" for h in pending)
         parts.append(
             "<div class='todo'><b>Waiting for your approval</b> (with <code>result</code> this value, e.g. "
             f"<code>result = _</code>):{hints}</div>"
@@ -289,7 +284,7 @@ def stats_text(stats: Any) -> str:
 def stats_html(stats: Any) -> str:
     """The statistics as a small escaped HTML table."""
     body = "".join(
-        f"<tr><td class='muted'>{_esc(label)}</td><td>{_esc(value)}</td></tr>" for label, value in stats_rows(stats)
+        f"<tr><td class='muted'>{esc(label)}</td><td>{esc(value)}</td></tr>" for label, value in stats_rows(stats)
     )
     return f"{_CSS}{_STYLE}<div class='tea-t tea-cr'><b>tool statistics</b><table>{body}</table></div>"
 

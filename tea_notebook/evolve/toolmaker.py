@@ -13,6 +13,7 @@ shows the code, the tests and their results in the trajectory.
 from __future__ import annotations
 
 import ast
+import asyncio
 import hashlib
 import itertools
 import json
@@ -426,7 +427,7 @@ class ToolMaker:
         }
         try:
             await box.start()
-            result = await _in_thread(box.request, "exec", self.timeout, code=script)
+            result = await asyncio.to_thread(box.request, "exec", self.timeout, code=script)
         finally:
             await box.stop()
         if result.limit or result.error:
@@ -689,9 +690,3 @@ def _report_text(report: dict[str, Any]) -> str:
     if report.get("where"):
         lines.append(f"at {report['where']}")
     return "\n".join(lines)
-
-
-async def _in_thread(fn: Any, *args: Any, **kwargs: Any) -> Any:
-    import asyncio
-
-    return await asyncio.to_thread(fn, *args, **kwargs)

@@ -14,7 +14,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from tea_notebook.notebook.registry_view import RecordBrowser, _esc
+from tea_notebook.notebook.registry_view import RecordBrowser
+from tea_notebook.runtime.render import esc
 
 
 class MemoryExplorer(RecordBrowser):
@@ -192,22 +193,22 @@ class MemoryExplorer(RecordBrowser):
         if "title" in record:  # an experience entry
             off = " <span class='muted'>(disabled)</span>" if record.get("disabled") else ""
             return (
-                f"<div><b>{_esc(kind)}</b> experience · <b>{_esc(record['title'])}</b>{off} "
-                f"<span class='muted'>{_esc(info['name'])} v{info['version']}</span></div>"
-                f"<div>{_esc(info['description'])}</div>"
+                f"<div><b>{esc(kind)}</b> experience · <b>{esc(record['title'])}</b>{off} "
+                f"<span class='muted'>{esc(info['name'])} v{info['version']}</span></div>"
+                f"<div>{esc(info['description'])}</div>"
             )
-        return f"<div><b>{_esc(kind)}</b> <span class='muted'>{_esc(info['name'])}</span></div>" + (
-            f"<div>{_esc(info['description'])}</div>"
+        return f"<div><b>{esc(kind)}</b> <span class='muted'>{esc(info['name'])}</span></div>" + (
+            f"<div>{esc(info['description'])}</div>"
         )
 
     def _detail_sections(self, record: Any, info: dict[str, Any]) -> list[tuple[str, str]]:
         sections = []
         if self._is_experience(record):
             if record.use_cases:
-                items = "".join(f"<li>{_esc(u)}</li>" for u in record.use_cases)
+                items = "".join(f"<li>{esc(u)}</li>" for u in record.use_cases)
                 sections.append(("use cases", f"<ul>{items}</ul>"))
             if record.body.strip():
-                sections.append(("content", f"<pre>{_esc(record.body)}</pre>"))
+                sections.append(("content", f"<pre>{esc(record.body)}</pre>"))
             stats = self._stats(record.name)
             sections.append(
                 (
@@ -218,27 +219,27 @@ class MemoryExplorer(RecordBrowser):
             )
             runs = [r for r in [record.source_run, *record.source_runs] if r]
             if runs:
-                listed = ", ".join(f"<code>{_esc(r)}</code>" for r in dict.fromkeys(runs))
-                outcome = f" · outcome: {_esc(record.outcome)}" if record.outcome else ""
+                listed = ", ".join(f"<code>{esc(r)}</code>" for r in dict.fromkeys(runs))
+                outcome = f" · outcome: {esc(record.outcome)}" if record.outcome else ""
                 sections.append(("from the runs", f"<div>{listed}{outcome}</div>"))
             who = [f"agent: {record.agent_role}"] if record.agent_role else []
             who += [f"tool: {record.tool_name}"] if record.tool_name else []
             if who:
-                sections.append(("about", f"<div>{_esc(' · '.join(who))}</div>"))
+                sections.append(("about", f"<div>{esc(' · '.join(who))}</div>"))
             sections.append(
                 (
                     "change it",
-                    f"<div class='muted'><code>ws.experiences.edit({_esc(repr(record.name))}, content=…)</code>, "
-                    f"<code>.disable({_esc(repr(record.name))})</code>, <code>.delete({_esc(repr(record.name))})</code>"
+                    f"<div class='muted'><code>ws.experiences.edit({esc(repr(record.name))}, content=…)</code>, "
+                    f"<code>.disable({esc(repr(record.name))})</code>, <code>.delete({esc(repr(record.name))})</code>"
                     "</div>",
                 )
             )
         else:
             if getattr(record, "task", ""):
-                sections.append(("from the task", f"<div>{_esc(record.task)}</div>"))
+                sections.append(("from the task", f"<div>{esc(record.task)}</div>"))
             if getattr(record, "run_id", ""):
                 sections.append(
-                    ("run", f"<div><code>{_esc(record.run_id)}</code> (%tea show {_esc(record.run_id)})</div>")
+                    ("run", f"<div><code>{esc(record.run_id)}</code> (%tea show {esc(record.run_id)})</div>")
                 )
         rest = [s for s in super()._detail_sections(record, info) if s[0] not in ("parameters (JSON schema)", "usage")]
         return sections + rest

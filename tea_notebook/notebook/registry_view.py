@@ -12,10 +12,11 @@ ipywidgets is imported only when a widget is made.
 
 from __future__ import annotations
 
-import html
 import json
 import time
 from typing import Any, Iterator
+
+from tea_notebook.runtime.render import esc
 
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 ALL = "(all)"
@@ -27,10 +28,6 @@ _STYLE = (
     "background:#f6f8fa;padding:4px 6px;margin:2px 0;max-height:24em;overflow:auto;font-size:12px}"
     ".tea-rb-d .muted{color:#57606a}</style>"
 )
-
-
-def _esc(value: Any) -> str:
-    return html.escape("" if value is None else str(value), quote=True)
 
 
 def _clip(text: str, limit: int) -> str:
@@ -194,20 +191,20 @@ class RecordBrowser:
             info = self.detail(name)
             record = self.registry.get(name)
         except Exception as exc:  # noqa: BLE001 - e.g. unregistered since; say so in the pane
-            return f"<div class='tea-rb-d'><i>{_esc(exc)}</i></div>"
+            return f"<div class='tea-rb-d'><i>{esc(exc)}</i></div>"
         parts = [self._detail_head(info)]
         for title, body in self._detail_sections(record, info):
-            parts.append(f"<div style='margin-top:6px'><b>{_esc(title)}</b></div>{body}")
+            parts.append(f"<div style='margin-top:6px'><b>{esc(title)}</b></div>{body}")
         return _STYLE + "<div class='tea-rb-d'>" + "".join(parts) + "</div>"
 
     def _detail_head(self, info: dict[str, Any]) -> str:
         """Name, version, category, origin and the description."""
         n = len(info["versions"])
         return (
-            f"<div><b>{_esc(info['name'])}</b> v{info['version']} "
+            f"<div><b>{esc(info['name'])}</b> v{info['version']} "
             f"<span class='muted'>({n} version{'s' if n != 1 else ''}) · "
-            f"{_esc(info['category'])} · from {_esc(info['origin'])}</span></div>"
-            f"<div>{_esc(info['description'])}</div>"
+            f"{esc(info['category'])} · from {esc(info['origin'])}</span></div>"
+            f"<div>{esc(info['description'])}</div>"
         )
 
     def _detail_sections(self, record: Any, info: dict[str, Any]) -> list[tuple[str, str]]:
@@ -221,28 +218,27 @@ class RecordBrowser:
         actions = getattr(record, "actions", None)
         if actions:
             body = "".join(
-                f"<div><code>{_esc(a.name)}</code> {_esc(a.description)}</div>{_json_html(a.parameters)}"
-                for a in actions
+                f"<div><code>{esc(a.name)}</code> {esc(a.description)}</div>{_json_html(a.parameters)}" for a in actions
             )
             sections.append(("actions", body))
         members = getattr(record, "tools", None)
         if members:
-            sections.append(("tools", f"<div>{_esc(', '.join(members))}</div>"))
+            sections.append(("tools", f"<div>{esc(', '.join(members))}</div>"))
         sections.append(("versions", _versions_html(info["versions"])))
         relations = info["relations"]
         sections.append(
             (
                 "relations",
                 "".join(
-                    f"<div>{_esc(r['type'])} → <code>{_esc(r['target'])}</code>"
-                    f"{' · ' + _esc(r['note']) if r['note'] else ''}</div>"
+                    f"<div>{esc(r['type'])} → <code>{esc(r['target'])}</code>"
+                    f"{' · ' + esc(r['note']) if r['note'] else ''}</div>"
                     for r in relations
                 )
                 or "<div class='muted'>none</div>",
             )
         )
         if info["usage"] is not None:
-            sections.append(("usage", f"<div>{_esc(_usage_text(info['usage']))}</div>"))
+            sections.append(("usage", f"<div>{esc(_usage_text(info['usage']))}</div>"))
         sections.append(
             ("record", f"<details><summary class='muted'>JSON</summary>{_json_html(info['record'])}</details>")
         )
@@ -271,14 +267,14 @@ class RecordBrowser:
         :attr:`volatile` columns."""
         rows = self.rows
         if not rows:
-            return f"<p><i>{_esc(self._empty_text())}</i></p>"
+            return f"<p><i>{esc(self._empty_text())}</i></p>"
         hidden = self.hidden if live else (*self.hidden, *self.volatile)
         cols: list[str] = []
         for row in rows:
             cols += [c for c in row if c not in cols and c not in hidden]
-        head = "".join(f"<th>{_esc(self.labels.get(c, c))}</th>" for c in cols)
+        head = "".join(f"<th>{esc(self.labels.get(c, c))}</th>" for c in cols)
         body = "".join(
-            "<tr>" + "".join(f"<td>{_esc(self._cell(c, r.get(c)))}</td>" for c in cols) + "</tr>"
+            "<tr>" + "".join(f"<td>{esc(self._cell(c, r.get(c)))}</td>" for c in cols) + "</tr>"
             for r in rows[: self.max_rows]
         )
         more = len(rows) - self.max_rows
@@ -286,7 +282,7 @@ class RecordBrowser:
         return f"<table class='tea-rb'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{tail}"
 
     def _repr_html_(self) -> str:
-        return f"{_STYLE}<div><b>{_esc(self._heading())}</b></div>{self.table_html()}"
+        return f"{_STYLE}<div><b>{esc(self._heading())}</b></div>{self.table_html()}"
 
     def text(self) -> str:
         """A plain-text listing (what terminals and ``text/plain`` show)."""
@@ -368,14 +364,14 @@ def _usage_text(usage: dict[str, Any]) -> str:
 
 
 def _json_html(value: Any) -> str:
-    return f"<pre>{_esc(json.dumps(value, indent=2, ensure_ascii=False, default=str))}</pre>"
+    return f"<pre>{esc(json.dumps(value, indent=2, ensure_ascii=False, default=str))}</pre>"
 
 
 def _versions_html(versions: list[dict[str, Any]]) -> str:
     rows = "".join(
-        f"<tr><td>v{v['version']}{' (current)' if v['current'] else ''}</td><td><code>{_esc(v['hash'][:12])}</code>"
-        f"</td><td>{_esc(time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(v['created_at'])))}</td>"
-        f"<td>{_esc(v['note'])}</td></tr>"
+        f"<tr><td>v{v['version']}{' (current)' if v['current'] else ''}</td><td><code>{esc(v['hash'][:12])}</code>"
+        f"</td><td>{esc(time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(v['created_at'])))}</td>"
+        f"<td>{esc(v['note'])}</td></tr>"
         for v in versions
     )
     return (
@@ -461,14 +457,14 @@ def _widget_class() -> type:
                 browser = self.base.filter(**where).search(self.search_box.value)
                 len(browser)  # searched here, so that a failure shows below
             except Exception as exc:  # noqa: BLE001 - show it in the widget, not in a log
-                self.status.value = f"<span style='color:#cf222e'>{_esc(exc)}</span>"
+                self.status.value = f"<span style='color:#cf222e'>{esc(exc)}</span>"
                 return
             self.status.value = ""
             self._show(browser)
 
         def _show(self, browser: RecordBrowser) -> None:
             self.browser = browser
-            self.heading.value = f"<b>{_esc(browser._heading())}</b>"
+            self.heading.value = f"<b>{esc(browser._heading())}</b>"
             self.table.value = _STYLE + browser.table_html(live=True)
             names = browser.names
             keep = self.names.value if self.names.value in names else (names[0] if names else None)

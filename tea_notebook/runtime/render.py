@@ -93,6 +93,11 @@ def _esc(value: Any) -> str:
     return html.escape(str(value), quote=True)
 
 
+def esc(value: Any) -> str:
+    """``value`` as HTML text (None as nothing), quotes escaped: safe in text and attributes."""
+    return html.escape("" if value is None else str(value), quote=True)
+
+
 def _observation_html(text: str) -> str:
     """An observation, escaped; long ones show a preview with the rest behind an expander."""
     if len(text) <= OBSERVATION_PREVIEW:

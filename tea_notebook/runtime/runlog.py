@@ -8,6 +8,7 @@ shows in the live view and in ``ws.trajectory`` like any agent run.
 
 from __future__ import annotations
 
+import json
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -169,8 +170,6 @@ class Process(RunLog):
         self, name: str, args: dict[str, Any] | None, observation: str, *, thinking: str = "", ok: bool = True
     ) -> int:
         """Record one stage as a step whose single action is ``name(args) -> observation``."""
-        import json
-
         self.steps += 1
         shown = observation if ok else f"Error: {observation}"
         data = {
