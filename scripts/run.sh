@@ -5,6 +5,7 @@
 # rendering to docs/_run/; the exit code is 0 only when every cell ran.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh" lab
+ensure_bubblewrap
 cd "$ROOT"
 if [ "${1:-}" = "--headless" ]; then
     exec "$VENV/bin/tea" notebooks --headless --out docs/_run

@@ -22,6 +22,35 @@ if [ ! -f "$STAMP" ] || [ "$ROOT/pyproject.toml" -nt "$STAMP" ]; then
     touch "$STAMP"
 fi
 
+# Debian/Ubuntu packages the project needs from the system, installed when we may (root or
+# passwordless sudo): apt_install PACKAGE WHY
+apt_install() {
+    local SUDO=""
+    if [ "$(id -u)" -ne 0 ]; then
+        if sudo -n true 2>/dev/null; then SUDO="sudo -n"; else
+            echo "==> $1 is missing and there is no root to install it: $2" >&2
+            echo "    install it with 'apt-get install $1'" >&2
+            return 0
+        fi
+    fi
+    if ! command -v apt-get >/dev/null; then
+        echo "==> $1 is missing and there is no apt-get: $2" >&2
+        return 0
+    fi
+    echo "==> installing Debian's $1"
+    if [ -z "${APT_UPDATED:-}" ]; then
+        $SUDO apt-get update -qq >/dev/null
+        APT_UPDATED=1
+    fi
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "$1" >/dev/null
+}
+
+# bubblewrap: the security boundary around sandboxed code (without it the sandbox falls back to a
+# weaker child process and warns)
+ensure_bubblewrap() {
+    command -v bwrap >/dev/null || apt_install bubblewrap "the sandbox will run without its security boundary"
+}
+
 # A Chromium for the browser environment: Playwright's own if present, else the system one; on a
 # fresh Debian/Ubuntu machine (CI) install Debian's chromium when we may (root or passwordless sudo).
 ensure_browser() {
@@ -30,19 +59,5 @@ from tea_notebook.envs.browser import find_chromium
 sys.exit(0 if find_chromium() else 1)' 2>/dev/null; then
         return 0
     fi
-    local SUDO=""
-    if [ "$(id -u)" -ne 0 ]; then
-        if sudo -n true 2>/dev/null; then SUDO="sudo -n"; else
-            echo "==> no Chromium found and no root to install it: browser tests and the browser environment will not work" >&2
-            echo "    install it with 'apt-get install chromium' (or 'playwright install chromium')" >&2
-            return 0
-        fi
-    fi
-    if command -v apt-get >/dev/null; then
-        echo "==> installing Debian's chromium for the browser environment"
-        $SUDO apt-get update -qq >/dev/null
-        DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends chromium >/dev/null
-    else
-        echo "==> no Chromium found and no apt-get: install Chromium for the browser environment" >&2
-    fi
+    apt_install chromium "browser tests and the browser environment will not work (or: playwright install chromium)"
 }

@@ -2,6 +2,7 @@
 # Set up (a .venv with tea_notebook[dev]) and run every test. Extra arguments go to pytest.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh" dev
+ensure_bubblewrap
 ensure_browser
 cd "$ROOT"
 set +e

@@ -1,10 +1,15 @@
-"""The process inside the Python sandbox. Standard library only; started as a script with ``-I``.
+"""The processes inside the Python sandbox. Standard library only; started as a script with ``-I``.
 
-Protocol: one JSON object per line. Requests come on the original stdin, answers go to the original
-stdout; both are moved to private descriptors at start so user code sees /dev/null and its own
-captured output. A reader thread takes requests; the main thread runs them, so an ``interrupt``
-request can stop running code. Limits (rlimits, an interval timer for wall-clock time, dropped
-privileges) are applied here before any user code runs.
+Two processes: the **supervisor** owns the control channel to the host (the original stdin and
+stdout) and never runs user code; the **worker**, forked from it before anything else happens, runs
+the requests. The worker holds only its own pipe pair to the supervisor, so user code cannot write
+onto the control channel: the supervisor forwards exactly one well-formed answer per request the
+host sent, drops everything else the worker writes, and reports the worker's death itself. The
+supervisor is not dumpable, so the worker (same uid) cannot read or write its memory either.
+
+Worker protocol: one JSON object per line. A reader thread takes requests; the main thread runs
+them, so an ``interrupt`` request can stop running code. Limits (rlimits, an interval timer for
+wall-clock time, dropped privileges in the fallback) are applied before any user code runs.
 """
 
 import ast
@@ -24,7 +29,7 @@ import threading
 import time
 import traceback
 
-MAIN_PID = os.getpid()
+MAIN_PID = None  # the worker's pid (set after the fork)
 # address space held back while user code runs and given up as soon as it fails, so the child can
 # still build its answer when user code ran out of memory (CPython 3.11 can spin forever on a
 # MemoryError raised inside an exception handler)
@@ -86,10 +91,11 @@ def _reap_children():
 
 
 def _confine(rules):
-    """Permissions for untrusted code (generated tools), as an audit hook user code cannot remove:
-    writes only inside the working directory, reads only there and in the interpreter's own
-    folders, no network, no new programs. Code in C extensions that makes system calls itself
-    is not covered; the process limits still are."""
+    """Permissions for untrusted code (generated tools under validation), as an audit hook user code
+    cannot remove: writes, removals and renames only inside the working directory, reads only there
+    and in the interpreter's own folders, no network, no new programs, no ctypes or cffi. A tripwire
+    that names what was tried; the boundary itself is the sandbox (C code makes system calls the
+    hook never sees)."""
 
     def roots(paths):
         return tuple(os.path.realpath(p) for p in paths if p)
@@ -97,17 +103,28 @@ def _confine(rules):
     readable, writable = roots(rules["read"]), roots(rules["write"])
     network = rules.get("network", False)
     blocked_programs = ("subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.startfile")
+    blocked_modules = ("ctypes", "_ctypes", "cffi", "_cffi_backend")
+    # audit events whose first argument(s) are paths that get changed
+    changing = {"os.remove": 1, "os.rmdir": 1, "os.rename": 2, "os.link": 2, "os.symlink": 2, "os.mkdir": 1,
+                "os.chmod": 1, "os.chown": 1, "os.truncate": 1, "os.utime": 1, "shutil.rmtree": 1,
+                "os.chflags": 1, "os.lchflags": 1, "os.setxattr": 1, "os.removexattr": 1}
+    listing = ("os.listdir", "os.scandir")
 
     def inside(path, allowed):
         real = os.path.realpath(path)
         return any(real == root or real.startswith(root.rstrip(os.sep) + os.sep) for root in allowed)
 
+    def path_of(value):
+        if value is None or isinstance(value, int):
+            return None
+        return os.fsdecode(value)
+
     def hook(event, args):
         if event == "open":
             path, mode, flags = args
-            if path is None or isinstance(path, int):
+            path = path_of(path)
+            if path is None:
                 return
-            path = os.fsdecode(path)
             writing = bool(mode and any(ch in mode for ch in "wax+")) or bool(
                 (flags or 0) & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC)
             )
@@ -115,10 +132,24 @@ def _confine(rules):
                 raise PermissionError("writing %s is not permitted (only inside the working directory)" % path)
             if not writing and not inside(path, readable):
                 raise PermissionError("reading %s is not permitted (only the working directory)" % path)
+        elif event in changing:
+            for value in args[: changing[event]]:
+                path = path_of(value)
+                if path is not None and not inside(path, writable):
+                    raise PermissionError("%s on %s is not permitted (only inside the working directory)"
+                                          % (event, path))
+        elif event in listing:
+            path = path_of(args[0]) if args else None
+            if path is not None and not inside(path, readable):
+                raise PermissionError("listing %s is not permitted (only the working directory)" % path)
         elif event.startswith("socket.") and event not in ("socket.__new__", "socket.gethostname") and not network:
             raise PermissionError("network access is not permitted (%s)" % event)
         elif event in blocked_programs:
             raise PermissionError("starting programs is not permitted (%s)" % event)
+        elif event == "import" and args and args[0] in blocked_modules:
+            raise PermissionError("loading native code through %s is not permitted" % args[0])
+        elif event in ("ctypes.dlopen", "ctypes.dlsym", "ctypes.cdata"):
+            raise PermissionError("loading native code is not permitted (%s)" % event)
 
     sys.addaudithook(hook)
 
@@ -335,13 +366,28 @@ class Child:
         return "".join(lines)
 
 
-def main():
-    cfg = json.loads(sys.argv[1])
-    ctrl_in = os.fdopen(os.dup(0), "r", encoding="utf-8")
-    ctrl_out = os.fdopen(os.dup(1), "w", encoding="utf-8")
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, 0)
+def _close_other_fds(keep):
+    """Close every descriptor above 2 but ``keep`` (the host channel must not reach the worker)."""
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd > 2 and fd not in keep:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+def worker(cfg, requests_fd, answers_fd):
+    """The process that runs user code; it talks only to the supervisor."""
+    global MAIN_PID
+    MAIN_PID = os.getpid()
+    _close_other_fds({requests_fd, answers_fd})
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
     os.close(devnull)
+    ctrl_in = os.fdopen(requests_fd, "r", encoding="utf-8")
+    ctrl_out = os.fdopen(answers_fd, "w", encoding="utf-8")
     sys.stdout = io.TextIOWrapper(os.fdopen(1, "wb", buffering=0, closefd=False), encoding="utf-8", write_through=True)
     sys.stderr = io.TextIOWrapper(os.fdopen(2, "wb", buffering=0, closefd=False), encoding="utf-8", write_through=True)
     signal.signal(signal.SIGALRM, _on_alarm)
@@ -355,6 +401,133 @@ def main():
     if cfg.get("confine"):
         _confine(cfg["confine"])
     child.serve()
+
+
+class Supervisor:
+    """Relays between the host (stdin/stdout) and the worker: forwards every host request, and
+    of what the worker writes only one well-formed answer per outstanding request."""
+
+    def __init__(self, cfg, worker_pid, to_worker, from_worker):
+        self.worker_pid = worker_pid
+        self.to_worker = to_worker
+        self.from_worker = from_worker
+        self.host_out = 1
+        self.outstanding = set()
+        self.ready_sent = False
+        self.lock = threading.Lock()
+        # the longest answer a worker can legitimately send (output and value at their limits, escaped)
+        self.max_line = 16 * int(cfg.get("max_output") or 20000) + (1 << 20)
+
+    def send_host(self, payload):
+        data = (json.dumps(payload) + "\n").encode()
+        with self.lock:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(self.host_out, view):]
+
+    def host_requests(self):
+        """Host → worker; host EOF ends the sandbox."""
+        stream = os.fdopen(0, "rb")
+        for line in stream:
+            try:
+                request = json.loads(line)
+            except ValueError:
+                continue
+            if not isinstance(request, dict):
+                continue
+            if request.get("op") != "interrupt":
+                with self.lock:
+                    self.outstanding.add(request.get("id"))
+            try:
+                os.write(self.to_worker, json.dumps(request).encode() + b"\n")
+            except OSError:
+                break
+        self.stop()
+
+    def stop(self):
+        try:
+            os.kill(self.worker_pid, signal.SIGKILL)
+        except OSError:
+            pass
+        os._exit(0)
+
+    def accept(self, line):
+        """Forward one worker line when it is the answer the host is waiting for."""
+        try:
+            answer = json.loads(line)
+        except ValueError:
+            return
+        if not isinstance(answer, dict):
+            return
+        if answer.get("ready") and not self.ready_sent:
+            self.ready_sent = True
+            answer["supervisor"] = os.getpid()
+            self.send_host(answer)
+            return
+        with self.lock:
+            rid = answer.get("id")
+            if rid is None or rid not in self.outstanding:
+                return  # not a request the host sent, or already answered: user code wrote it
+            self.outstanding.discard(rid)
+        answer.pop("died", None)
+        self.send_host(answer)
+
+    def worker_answers(self):
+        buffer, skipping = b"", False
+        while True:
+            try:
+                chunk = os.read(self.from_worker, 65536)
+            except OSError:
+                return
+            if not chunk:
+                return
+            buffer += chunk
+            while b"\n" in buffer:
+                line, _, buffer = buffer.partition(b"\n")
+                if not skipping:
+                    self.accept(line)
+                skipping = False
+            if len(buffer) > self.max_line:
+                buffer, skipping = b"", True
+
+    def wait_worker(self):
+        """Report the worker's death (with its signal) once its last answer has been relayed."""
+        _, status = os.waitpid(self.worker_pid, 0)
+        time.sleep(0.05)
+        died = {"signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
+                "code": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None}
+        self.send_host({"id": None, "died": died})
+        os._exit(0)
+
+    def run(self):
+        _not_dumpable()
+        threading.Thread(target=self.host_requests, name="tea-host", daemon=True).start()
+        threading.Thread(target=self.worker_answers, name="tea-worker", daemon=True).start()
+        self.wait_worker()
+
+
+def _not_dumpable():
+    """PR_SET_DUMPABLE 0: a process of the same uid (the worker) cannot trace it or open its memory."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)
+    except (OSError, AttributeError, ImportError):
+        pass
+
+
+def main():
+    cfg = json.loads(sys.argv[1])
+    to_worker_r, to_worker_w = os.pipe()
+    from_worker_r, from_worker_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        worker(cfg, to_worker_r, from_worker_w)
+        os._exit(0)
+    os.close(to_worker_r)
+    os.close(from_worker_w)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    Supervisor(cfg, pid, to_worker_w, from_worker_r).run()
 
 
 if __name__ == "__main__":

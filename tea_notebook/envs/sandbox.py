@@ -1,15 +1,22 @@
-"""The Python / shell sandbox: code runs in a child process with limits, never in the user's kernel.
+"""The Python / shell sandbox: code runs in a child process behind a security boundary, never in
+the user's kernel.
 
-One child per session keeps variables across calls. Limits: wall-clock time (an interval timer in
-the child, then a hard kill from here), CPU time, address space, processes, file size; its own
-working directory inside the run folder; an environment with no API keys or secrets; and, when
-tea_notebook runs as root, an unprivileged user, so the parent's ``/proc/<pid>/environ`` and
-root's files stay unreadable. Every limit hit comes back as an observation naming the limit.
+The boundary is bubblewrap (see :mod:`tea_notebook.envs.boundary`): its own user, PID, IPC, UTS and
+network namespaces, uid 65534 with no capabilities, a read-only view of the system and interpreter
+folders, the run folder as the only writable place (with a disk quota), a private size-limited
+``/tmp``, a seccomp filter, no network unless ``network=True``. Where bubblewrap cannot run, a
+fallback child process says once, loudly, what is not enforced.
+
+One sandbox per session keeps variables across calls. Limits: wall-clock time (an interval timer in
+the worker, then a hard kill from here), CPU time, address space, processes, file size, disk use of
+the run folder; an environment with no API keys or secrets. Every limit hit comes back as an
+observation naming the limit.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import itertools
 import json
 import os
@@ -24,12 +31,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tea_notebook.envs import boundary
 from tea_notebook.envs.base import Environment, EnvironmentFailure, action
 
 if TYPE_CHECKING:
     from tea_notebook.protocol.context import Context
 
 CHILD = Path(__file__).with_name("_sandbox_child.py")
+DISK_POLL = 0.25  # seconds between checks of the run folder's size while code runs
+MAX_ENTRIES = 100_000  # files and folders a run folder may hold
 # what sandboxed code inherits from the parent's environment; nothing else (no keys, no tokens)
 PASSED_VARIABLES = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM")
 UNPRIVILEGED = 65534  # nobody
@@ -39,6 +49,7 @@ LIMIT_TEXT = {
     "memory": "stopped at the memory limit of {memory_mb} MB",
     "processes": "stopped at the process limit of {processes} processes",
     "file_size": "stopped at the file-size limit of {file_mb} MB",
+    "disk": "stopped at the disk quota of {quota_mb} MB for the run folder",
     "interrupted": "interrupted",
 }
 
@@ -84,18 +95,19 @@ class PythonSandbox(Environment):
 
     name = "python"
     description = (
-        "Run Python code or shell commands in an isolated sandbox process with time, CPU, memory and process "
-        "limits. Variables persist across calls within the run."
+        "Run Python code or shell commands in an isolated sandbox process (no network by default) with time, CPU, "
+        "memory, process and disk limits. Variables persist across calls within the run."
     )
     rules = (
         "Use run_python for Python (the value of the last expression is shown, like a REPL) and run_shell for "
         "shell commands. The working directory is the sandbox folder inside this run's folder (the run folder, "
-        "where the files environment works, is '..'); files you write stay for the run. There are no API keys or "
-        "secrets in this environment. A call that hits a limit is stopped "
+        "where the files environment works, is '..'); files you write stay for the run and only the run folder and "
+        "/tmp are writable. There are no API keys or secrets in this environment, and no network unless it was "
+        "enabled for this environment. A call that hits a limit is stopped "
         "and says which limit; after a hard kill the variables are gone."
     )
     category = "code"
-    constraints = ["no network or secrets are guaranteed", "time, CPU, memory and process limits"]
+    constraints = ["no secrets; no network unless enabled", "time, CPU, memory, process and disk limits"]
 
     def __init__(
         self,
@@ -112,11 +124,16 @@ class PythonSandbox(Environment):
         python: str | None = None,
         drop_privileges: bool = True,
         confine: bool = False,
-        network: bool = True,
+        network: bool = False,
+        quota_mb: int = 1024,
+        tmp_mb: int = 64,
+        isolation: str = "auto",
     ):
         super().__init__(folder, context)
-        if timeout <= 0 or memory_mb <= 0 or processes <= 0:
-            raise ValueError("timeout, memory_mb and processes must be positive")
+        if timeout <= 0 or memory_mb <= 0 or processes <= 0 or quota_mb <= 0 or tmp_mb <= 0:
+            raise ValueError("timeout, memory_mb, processes, quota_mb and tmp_mb must be positive")
+        if isolation not in ("auto", "bubblewrap", "process"):
+            raise ValueError(f"isolation must be 'auto', 'bubblewrap' or 'process', not {isolation!r}")
         self.timeout = float(timeout)
         self.action_timeout = self.timeout + 30  # the sandbox enforces its own limits; this is a backstop
         self.cpu_seconds = float(cpu_seconds or timeout)
@@ -128,7 +145,12 @@ class PythonSandbox(Environment):
         self.python = python or sys.executable
         self.drop_privileges = drop_privileges
         self.confine = confine  # untrusted code: writes and reads only in the working directory, no programs
-        self.network = network
+        self.network = bool(network)
+        self.quota_mb = int(quota_mb)
+        self.tmp_mb = int(tmp_mb)
+        self.isolation = isolation
+        self.boundary: boundary.Boundary | None = None  # known once started
+        self._warned_run = False
         self.workdir = self.folder / "sandbox"
         self._proc: subprocess.Popen | None = None
         self._info: dict[str, Any] = {}
@@ -231,10 +253,18 @@ class PythonSandbox(Environment):
 
     def _spawn(self) -> None:
         (self.workdir / ".tmp").mkdir(parents=True, exist_ok=True)
-        uid, gid = self._identity()
+        tool = None if self.isolation == "process" else boundary.bubblewrap()
+        if tool is None and self.isolation == "bubblewrap":
+            raise EnvironmentFailure(
+                "isolation='bubblewrap' was asked for but bubblewrap cannot run here (install it with "
+                "'apt-get install bubblewrap'; user namespaces must be enabled)"
+            )
+        uid, gid = (None, None) if tool else self._identity()
         if uid is not None:
             for path in (self.workdir, self.workdir / ".tmp"):
                 os.chown(path, uid, gid)
+        # the uid the kernel counts processes against: this one, unless the fallback drops to nobody
+        outside_root = os.geteuid() == 0 and uid is None
         config = {
             "workdir": str(self.workdir),
             "iodir": str(self.workdir / ".tmp"),
@@ -242,44 +272,73 @@ class PythonSandbox(Environment):
             "cpu_seconds": self.cpu_seconds,
             "cpu_budget": int(max(3600, self.cpu_seconds * 20)),
             "memory_mb": self.memory_mb,
-            "nproc": self._nproc_limit(uid),
-            "file_mb": self.file_mb,
+            "nproc": None if outside_root else self._nproc_limit(uid),  # RLIMIT_NPROC does not bind root
+            "file_mb": min(self.file_mb, self.quota_mb),
             "max_output": self.max_output,
             "uid": uid,
             "gid": gid,
             "confine": self._confinement() if self.confine else None,
         }
-        root_inside = uid is None and os.geteuid() == 0
-        config["nproc"] = None if root_inside else config["nproc"]  # RLIMIT_NPROC does not bind root
+        command = [self.python, "-I", "-B", "-X", "utf8", str(CHILD), json.dumps(config)]
+        fds: list[int] = []
+        if tool:
+            prefix, fds = boundary.bwrap_command(
+                tool,
+                python=self.python,
+                folder=self.folder,
+                workdir=self.workdir,
+                readonly=[str(CHILD)],
+                network=self.network,
+                tmp_mb=self.tmp_mb,
+            )
+        else:
+            prefix = _namespace_prefix()
         started = time.perf_counter()
-        prefix = _namespace_prefix()
         try:
-            self._proc = subprocess.Popen(
-                [*prefix, self.python, "-I", "-B", "-X", "utf8", str(CHILD), json.dumps(config)],
+            self._proc = _popen(
+                [*prefix, *command],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,
                 cwd=str(self.workdir),
                 env=self._environment(),
                 start_new_session=True,
+                pass_fds=fds,
             )
         except OSError as exc:
             raise EnvironmentFailure(f"cannot start the sandbox interpreter {self.python}: {exc.strerror}") from None
+        finally:
+            for fd in fds:
+                os.close(fd)
         self._buffer = b""
         hello = self._read_line(time.monotonic() + 15)
         if hello is None or not hello.get("ready"):
             self.kill()
             raise EnvironmentFailure("the sandbox process did not start (it exited before saying it was ready)")
         self._info = {**hello, "startup": time.perf_counter() - started, "isolated": bool(prefix)}
-        self._main = _child_of(self._proc.pid) if prefix else self._proc.pid
-        self._pids_group = _pids_cgroup(self.processes, [self._proc.pid, self._main]) if root_inside else None
-        if root_inside and self._pids_group is None:
-            self._info["warning"] = "no process limit: running as root without a writable pids cgroup"
+        self._main = _host_pid(self._proc.pid, hello.get("pid"))
+        self._pids_group = None
+        if outside_root:
+            self._pids_group = _pids_cgroup(self.processes + 4, [self._proc.pid, *_descendants(self._proc.pid)])
+            if self._pids_group is None:
+                self._info["warning"] = "no process limit: running as root without a writable pids cgroup"
+        if tool:
+            self.boundary = boundary.Boundary(
+                "bubblewrap", self.network, boundary.seccomp_program() is not None, hello.get("uid")
+            )
+        else:
+            reasons = boundary.fallback_reasons(
+                root_inside=hello.get("uid") == 0, isolated=bool(prefix), chosen=self.isolation == "process"
+            )
+            self.boundary = boundary.Boundary("process", True, False, hello.get("uid"), reasons)
+            boundary.fallback_warning(reasons)
 
     # -- talking to the child ---------------------------------------------------------------
-    def _read_line(self, deadline: float) -> dict[str, Any] | None:
-        """The next JSON line from the child, or None at the deadline, when it died or when the
-        session was stopped meanwhile (``kill`` from another thread closes the pipe)."""
+    def _read_line(self, deadline: float, watch_disk: bool = False) -> dict[str, Any] | None:
+        """The next JSON object from the sandbox's supervisor, or None at the deadline, when it died
+        or when the session was stopped meanwhile (``kill`` from another thread closes the pipe).
+        With ``watch_disk`` the run folder's size is checked while waiting: past the quota the
+        sandbox is killed and ``{"disk": usage}`` is returned."""
         proc = self._proc
         if proc is None or proc.stdout is None:
             return None
@@ -287,22 +346,59 @@ class PythonSandbox(Environment):
             fd = proc.stdout.fileno()
         except ValueError:
             return None
-        while b"\n" not in self._buffer:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or self._proc is not proc:
-                return None
+        while True:
+            while b"\n" not in self._buffer:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or self._proc is not proc:
+                    return None
+                try:
+                    ready, _, _ = select.select([fd], [], [], min(remaining, DISK_POLL if watch_disk else 0.5))
+                    if not ready:
+                        if watch_disk and (usage := self._over_quota()) is not None:
+                            return {"disk": usage}
+                        continue
+                    chunk = os.read(fd, 65536)
+                except (OSError, ValueError):
+                    return None
+                if not chunk:
+                    return None
+                self._buffer += chunk
+            line, _, self._buffer = self._buffer.partition(b"\n")
             try:
-                ready, _, _ = select.select([fd], [], [], min(remaining, 0.5))
-                if not ready:
-                    continue
-                chunk = os.read(fd, 65536)
-            except (OSError, ValueError):
-                return None
-            if not chunk:
-                return None
-            self._buffer += chunk
-        line, _, self._buffer = self._buffer.partition(b"\n")
-        return json.loads(line)
+                message = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(message, dict):
+                return message
+
+    def disk_usage(self) -> tuple[int, int]:
+        """Bytes and entries under the run folder (symlinks not followed; the count stops early
+        past :data:`MAX_ENTRIES`, which is itself over quota)."""
+        total, entries, stack = 0, 0, [str(self.folder)]
+        while stack and entries <= MAX_ENTRIES:
+            try:
+                with os.scandir(stack.pop()) as listing:
+                    for entry in listing:
+                        entries += 1
+                        try:
+                            info = entry.stat(follow_symlinks=False)
+                        except OSError:
+                            continue
+                        total += info.st_blocks * 512 if hasattr(info, "st_blocks") else info.st_size
+                        if entry.is_dir(follow_symlinks=False):
+                            stack.append(entry.path)
+            except OSError:
+                continue
+        return total, entries
+
+    def _over_quota(self) -> tuple[int, int] | None:
+        used, entries = self.disk_usage()
+        return (used, entries) if used > self.quota_mb * 1024 * 1024 or entries > MAX_ENTRIES else None
+
+    def _quota_text(self, usage: tuple[int, int]) -> str:
+        used, entries = usage
+        what = f"{used / 2**20:.1f} MB" if entries <= MAX_ENTRIES else f"more than {MAX_ENTRIES:,} files"
+        return f"the run folder {self.folder} holds {what}; its quota is {self.quota_mb} MB and {MAX_ENTRIES:,} files"
 
     def _send(self, payload: dict[str, Any]) -> None:
         proc = self._proc
@@ -330,6 +426,12 @@ class PythonSandbox(Environment):
                 self.kill()
                 self._spawn()
                 self.restarts += restarted
+            usage = self._over_quota()
+            if usage is not None:
+                result = ExecResult(error={"type": "DiskQuota", "message": self._quota_text(usage)}, limit="disk")
+                result.notes.append(f"Not run: {self._quota_text(usage)}. Delete files to go on.")
+                self.last = result
+                return result
             rid = next(self._ids)
             proc, forks_failed = self._proc, self._fork_failures()
             self._inflight = rid
@@ -340,18 +442,34 @@ class PythonSandbox(Environment):
                 self.kill()
                 raise EnvironmentFailure("the sandbox process is gone; the next call starts a new one") from None
             deadline = time.monotonic() + limit + 2.0
-            answer = self._read_line(deadline)
+            answer = self._read_line(deadline, watch_disk=True)
             while answer is not None and answer.get("id") not in (rid, None):  # a late answer to an older call
-                answer = self._read_line(deadline)
+                answer = self._read_line(deadline, watch_disk=True)
             self._inflight = None
+            if answer is not None and "disk" in answer:
+                self.kill()
+                result = ExecResult(error={"type": "DiskQuota", "message": self._quota_text(answer["disk"])}, limit="disk")
+                result.notes.append(
+                    f"Killed at the disk quota: {self._quota_text(answer['disk'])}; the session was restarted and "
+                    "variables were lost. Delete files to go on."
+                )
+                result.restarted = restarted
+                self.last = result
+                return result
+            death = answer.get("died") if answer is not None else None  # reported by the supervisor
+            if death is not None:
+                answer = None
             if answer is None and self._proc is not proc:  # stopped from outside (the run ended)
                 result = ExecResult(error={"type": "SandboxStopped", "message": "the session was stopped"})
                 result.notes.append("The sandbox was stopped while the code ran; variables were lost.")
                 self.last = result
                 return result
             if answer is None:
-                died = self._proc is not None and self._proc.poll() is not None
-                signal_no = -self._proc.returncode if died and self._proc.returncode < 0 else None
+                died = death is not None or (self._proc is not None and self._proc.poll() is not None)
+                if death is not None:
+                    signal_no = death.get("signal")
+                else:
+                    signal_no = -self._proc.returncode if died and self._proc.returncode < 0 else None
                 out_of_memory = not died and self._at_memory_limit()
                 self.kill()
                 if out_of_memory:
@@ -410,6 +528,7 @@ class PythonSandbox(Environment):
             memory_mb=self.memory_mb,
             processes=self.processes,
             file_mb=self.file_mb,
+            quota_mb=self.quota_mb,
         )
         return f"Sandbox limit: {text}. The session continues with its variables."
 
@@ -449,10 +568,10 @@ class PythonSandbox(Environment):
         if self._proc is None:
             return
         main = self._main or self._proc.pid
-        keep = {main, self._proc.pid}
+        keep = {main, self._proc.pid, *_ancestors(main, self._proc.pid)}  # bwrap, its init, the supervisor
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline:
-            strays = set(_group_members(self._proc.pid, exclude=keep))
+            strays = set(_group_members(self._proc.pid, exclude=keep)) | (set(_descendants(self._proc.pid)) - keep)
             if self._pids_group is not None:  # also what left the process group (setsid)
                 strays.update(int(p) for p in _read(self._pids_group / "cgroup.procs").split() if int(p) not in keep)
             if not strays:
@@ -510,8 +629,11 @@ class PythonSandbox(Environment):
     def _cap(self, timeout: float | None) -> float:
         return self.timeout if not timeout or timeout <= 0 else min(float(timeout), self.timeout)
 
-    @staticmethod
-    def _observe(result: ExecResult) -> str:
+    def _observe(self, result: ExecResult) -> str:
+        warning = self.boundary.warning if self.boundary is not None else None
+        if warning and not self._warned_run:  # once per session, so the trajectory says it too
+            self._warned_run = True
+            result.notes.append(f"WARNING: {warning}")
         if result.error is not None or result.limit is not None:
             raise EnvironmentFailure(result.text())
         return result.text()
@@ -520,10 +642,7 @@ class PythonSandbox(Environment):
     def state(self) -> str:
         alive = self._proc is not None and self._proc.poll() is None
         status = "running" if alive else "stopped (restarts on the next call)"
-        if self._info.get("isolated"):
-            user = "its own process namespace" + (" as user nobody" if self._info.get("uid") == UNPRIVILEGED else "")
-        else:
-            user = "user nobody" if self._info.get("uid") == UNPRIVILEGED else "this user"
+        user = self.boundary.describe() if self.boundary is not None else "not started"
         if self._info.get("warning"):
             user += f" ({self._info['warning']})"
         last = ""
@@ -563,13 +682,51 @@ def _group_members(pgid: int, exclude: set[int]) -> list[int]:
     return members
 
 
-def _child_of(pid: int) -> int:
-    """The first child of ``pid`` (the interpreter that ``unshare --fork`` started)."""
-    try:
-        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    except OSError:
-        children = []
-    return int(children[0]) if children else pid
+def _parents() -> dict[int, int]:
+    """pid → parent pid of every live (not zombie) process, from /proc."""
+    parents = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                with open(f"/proc/{entry.name}/stat", "rb") as fh:
+                    fields = fh.read().rsplit(b")", 1)[1].split()
+            except OSError:
+                continue
+            if fields and fields[0] != b"Z":
+                parents[int(entry.name)] = int(fields[1])
+    return parents
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every live process below ``pid``."""
+    children: dict[int, list[int]] = {}
+    for child, parent in _parents().items():
+        children.setdefault(parent, []).append(child)
+    out, stack = [], list(children.get(pid, []))
+    while stack:
+        current = stack.pop()
+        out.append(current)
+        stack.extend(children.get(current, []))
+    return out
+
+
+def _ancestors(pid: int, top: int) -> list[int]:
+    """The processes between ``top`` and ``pid`` (both excluded)."""
+    parents, out = _parents(), []
+    current = parents.get(pid)
+    while current and current != top and current not in out:
+        out.append(current)
+        current = parents.get(current)
+    return out
+
+
+def _host_pid(top: int, inner_pid: int | None) -> int:
+    """The host pid of the process below ``top`` whose pid in its own namespace is ``inner_pid``."""
+    for pid in _descendants(top):
+        for line in _read(Path(f"/proc/{pid}/status")).splitlines():
+            if line.startswith("NSpid:") and line.split()[-1] == str(inner_pid):
+                return pid
+    return top
 
 
 def _readable_by_others(python: str) -> bool:
@@ -597,6 +754,21 @@ def _reachable_by_others(folder: Path) -> bool:
         if not mode & 0o001:
             return False
     return True
+
+
+_SPAWNER: "concurrent.futures.ThreadPoolExecutor | None" = None
+_SPAWNER_LOCK = threading.Lock()
+
+
+def _popen(*args: Any, **kwargs: Any) -> subprocess.Popen:
+    """``subprocess.Popen`` from one long-lived thread. bwrap's ``--die-with-parent`` is a parent-death
+    signal, which Linux ties to the thread that started the child: a sandbox started from a
+    short-lived worker thread (``asyncio.to_thread``) would be killed when that thread ends."""
+    global _SPAWNER
+    with _SPAWNER_LOCK:
+        if _SPAWNER is None:
+            _SPAWNER = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="tea-sandbox-spawner")
+    return _SPAWNER.submit(subprocess.Popen, *args, **kwargs).result()
 
 
 _PREFIX: list[str] | None = None
