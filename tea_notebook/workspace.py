@@ -7,10 +7,14 @@ import functools
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tea_notebook.envs import BUILTIN as BUILTIN_ENVIRONMENTS
+from tea_notebook.envs.sessions import SessionManager
 from tea_notebook.errors import TeaError, WorkspaceError
 from tea_notebook.models.embedders import Embedder, embedder_spec, resolve_embedder
 from tea_notebook.protocol.acp import AgentRegistry
 from tea_notebook.protocol.context import Context
+from tea_notebook.protocol.current import CURRENT as _current
+from tea_notebook.protocol.current import current_workspace  # noqa: F401 - public here too
 from tea_notebook.protocol.ecp import EnvironmentRegistry
 from tea_notebook.protocol.records import (
     AgentRecord,
@@ -25,6 +29,8 @@ from tea_notebook.protocol.tcp import ToolkitRegistry, ToolRegistry
 from tea_notebook.store.database import Database
 
 if TYPE_CHECKING:
+    from tea_notebook.envs.tool_executor import GeneratedToolExecutor
+    from tea_notebook.evolve.toolmaker import ToolMaker
     from tea_notebook.evolve.agent_bank import AgentBank
     from tea_notebook.evolve.experience import ExperienceMemory
     from tea_notebook.runtime.agent import Agent, RunResult
@@ -32,7 +38,6 @@ if TYPE_CHECKING:
     from tea_notebook.runtime.memory import MemoryStore
     from tea_notebook.runtime.trajectory import Trajectory
 
-_current: contextvars.ContextVar["Workspace | None"] = contextvars.ContextVar("tea_workspace", default=None)
 _DEFAULT_PATH = ".tea"
 
 
@@ -57,19 +62,34 @@ class Workspace:
         self.db = Database(self.path / "tea.db")
         self._events = None
         self._live_agents: dict[str, Any] = {}
+        self._executor: "GeneratedToolExecutor | None" = None
         stored = self.db.meta("embedder")
         self.embedder = resolve_embedder(embedder if embedder is not None else stored)
         spec = embedder_spec(self.embedder)
         if spec is not None and spec != stored:
             self.db.set_meta("embedder", spec)
         self.tools = ToolRegistry(self, ToolRecord)
+        # TCP gets the out-of-process executor of generated tools and the tool manager from here too
+        self.tools.executor = self._generated_tool_executor
+        self.tools.tool_maker = _tool_maker
         self.toolkits = ToolkitRegistry(self, ToolkitRecord)
-        self.envs = EnvironmentRegistry(self, EnvironmentRecord)
+        # ECP gets its session manager and built-in environments from here: protocol/ sits below envs/
+        self.envs = EnvironmentRegistry(
+            self, EnvironmentRecord, manager_factory=SessionManager, builtins=BUILTIN_ENVIRONMENTS
+        )
         self.agents = AgentRegistry(self, AgentRecord)
         self.memory: Registry[MemoryRecord] = Registry(self, MemoryRecord)
         self.experience: Registry[ExperienceRecord] = Registry(self, ExperienceRecord)
         if model is not None:
             self.default_model = model
+
+    def _generated_tool_executor(self) -> "GeneratedToolExecutor":
+        """The executor of this workspace's generated tools (made on the first call of one)."""
+        if self._executor is None:
+            from tea_notebook.envs.tool_executor import GeneratedToolExecutor
+
+            self._executor = GeneratedToolExecutor(self.envs.manager)
+        return self._executor
 
     # -- runtime ----------------------------------------------------------------------------
     @property
@@ -204,6 +224,12 @@ class Workspace:
         )
 
 
+def _tool_maker(ws: Workspace, **options: Any) -> "ToolMaker":
+    from tea_notebook.evolve.toolmaker import ToolMaker
+
+    return ToolMaker(ws, **options)
+
+
 class _Activation:
     """Returned by :meth:`Workspace.activate`; as a context manager it restores the previous one."""
 
@@ -215,11 +241,3 @@ class _Activation:
 
     def __exit__(self, *exc: object) -> None:
         _current.reset(self._token)
-
-
-def current_workspace(required: bool = True) -> Workspace | None:
-    """The active workspace; with ``required`` a clear error when none is active."""
-    ws = _current.get()
-    if ws is None and required:
-        raise TeaError("no current workspace: create one with ws = tea_notebook.Workspace(path) and call ws.activate()")
-    return ws

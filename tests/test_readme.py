@@ -98,7 +98,12 @@ def test_environment_examples_run_and_do_what_they_say(ws):
     exec(blocks[0], ns)  # noqa: S102 - our own README: an agent run with the offline model, then direct calls
     assert ws.envs.sessions() == []  # the example ends with release()
     assert ws.envs.invoke("python", "run_python", {"code": "x = 6 * 7\nx"}).value == "value: 42"
-    exec(blocks[2], ns)  # noqa: S102 - a custom environment
+    exec(blocks[2], ns)  # noqa: S102 - the sandbox boundary, used directly
+    box = ns["box"]
+    assert box.boundary is not None and box.pid is None  # killed at the end of the example
+    if box.boundary.mechanism == "bubblewrap":
+        assert box.boundary.describe().startswith("bubblewrap: uid 65534 in its own user/pid/")
+    exec(blocks[3], ns)  # noqa: S102 - a custom environment
     assert ws.envs.invoke("thermostat", "set_temperature", {"celsius": 21}).value == "set to 21 °C"
     assert ws.envs.state("thermostat") == "21 °C"
     assert [a.name for a in ws.envs.get("thermostat").actions] == ["set_temperature"]

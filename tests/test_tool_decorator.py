@@ -466,7 +466,7 @@ def test_nested_bad_argument_names_the_nested_path(ws):
     res = ws.tools.invoke("ship", bad)
     assert res.ok is False
     assert res.error["type"] == "ValidationError"
-    assert res.error["field"] == "order.items.0.qty"
+    assert res.error["field"] == "order.items[0].qty"
     assert res.error["expected"] == "integer"
 
 

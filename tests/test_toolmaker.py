@@ -345,7 +345,7 @@ BAD_CODE = {
         "SyntaxError",
     ),
     "missing_import": (module(top="import tea_no_such_package_xyz"), "No module named 'tea_no_such_package_xyz'"),
-    "infinite_loop": (module("while True:\n        pass"), "the wall-clock limit was reached"),
+    "infinite_loop": (module("while True:\n        pass"), "the tool did not answer within 2 s and was stopped"),
     "network": (
         module('import socket\n    socket.create_connection(("93.184.216.34", 80), timeout=1)\n    return 0'),
         "network access is not permitted",
@@ -523,31 +523,34 @@ def test_top_level_side_effects_stay_in_the_sandbox(ws, tmp_path):
     assert f"writing {marker} is not permitted" in prompts(m, "tool_fix")[0][1]["content"]
     assert f"writing {marker} is not permitted" in refused.candidates[0].reason
 
-    # 2. an environment variable and 3. a module-level list of a module this process has imported:
-    # the code runs (its own tests see the effects, inside the sandbox), passes and is registered,
-    # and this process is untouched, because registering does not import it
+    # 2. an environment variable, 3. a module-level list of a module this process has imported, and
+    # 4. a file in its own folder: the code runs in a process of its own inside the sandbox, so the
+    # tests (in the harness's process) see only the file; it passes and is registered, and this
+    # process is untouched, because registering does not import it
     effects = module(
         top=(
             "os.environ['TEA_TM_SIDE_EFFECT'] = 'ran'\n"
             "import tea_notebook.envs.browser as _browser\n"
-            "_browser.LAUNCH_ARGS.append('--tea-generated-was-here')"
+            "_browser.LAUNCH_ARGS.append('--tea-generated-was-here')\n"
+            "open('imported.txt', 'w').write('ran')"
         )
     )
     seen_inside = (
         TESTS
         + """
 
-def test_the_effects_happened_here():
+def test_the_effects_stayed_in_the_tool_process():
     import os
     import tea_notebook.envs.browser as b
-    assert os.environ.get("TEA_TM_SIDE_EFFECT") == "ran"
-    assert "--tea-generated-was-here" in b.LAUNCH_ARGS
+    assert os.environ.get("TEA_TM_SIDE_EFFECT") is None
+    assert "--tea-generated-was-here" not in b.LAUNCH_ARGS
+    assert open("imported.txt").read() == "ran"
 """
     )
     m = scripted(tool_code=code(effects), tool_tests=reply_tests(seen_inside))
     pending = ToolMaker(ws, model=m.name, approval="manual").create(TASK)
     assert pending.status == "pending", pending.summary()
-    assert "ok   test_the_effects_happened_here" in pending.candidates[0].test_output
+    assert "ok   test_the_effects_stayed_in_the_tool_process" in pending.candidates[0].test_output
     assert "TEA_TM_SIDE_EFFECT" not in os.environ and browser.LAUNCH_ARGS == launch_args
     pending.candidates[0].accept()
     assert "TEA_TM_SIDE_EFFECT" not in os.environ and browser.LAUNCH_ARGS == launch_args

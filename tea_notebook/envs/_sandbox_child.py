@@ -175,6 +175,7 @@ class Child:
         self.guard = threading.Lock()
         self.reserve = None
         self.cells = 0
+        self.tools = {}  # generated tools loaded in this session: source hash -> module namespace
         self.iodir = tempfile.mkdtemp(prefix=".io-", dir=cfg["iodir"])
 
     # -- the reader thread -----------------------------------------------------------------
@@ -183,6 +184,8 @@ class Child:
             try:
                 request = json.loads(line)
             except ValueError:
+                continue  # an empty framing line, or what user code wrote onto the pipe
+            if not isinstance(request, dict):
                 continue
             if request.get("op") == "interrupt":
                 self.interrupt(request.get("id"))
@@ -203,7 +206,8 @@ class Child:
     def answer(self, payload):
         if os.getpid() != MAIN_PID:  # a forked copy of user code must never speak
             os._exit(0)
-        self.ctrl_out.write(json.dumps(payload, default=repr) + "\n")
+        # a leading newline too: a partial line user code left on the pipe cannot swallow the answer
+        self.ctrl_out.write("\n" + json.dumps(payload, default=repr) + "\n")
         self.ctrl_out.flush()
 
     def serve(self):
@@ -228,7 +232,7 @@ class Child:
         if op == "reset":
             self.namespace = {"__name__": "__main__", "__builtins__": __builtins__}
             return {"value": "reset"}
-        if op not in ("exec", "shell"):
+        if op not in ("exec", "shell", "call"):
             return {"error": {"type": "ValueError", "message": "unknown op %r" % op, "traceback": ""}}
         timeout = float(request.get("timeout") or self.cfg["timeout"])
         cpu = float(request.get("cpu") or self.cfg.get("cpu_seconds") or timeout)
@@ -269,6 +273,8 @@ class Child:
                     raise KeyboardInterrupt
                 if op == "exec":
                     result["value"] = self.exec_code(request.get("code", ""))
+                elif op == "call":
+                    result["value"] = self.call_tool(request)
                 else:
                     result.update(self.shell(request.get("command", ""), timeout))
             except BaseException:
@@ -345,6 +351,34 @@ class Child:
         text = repr(value)
         limit = self.cfg["max_output"]
         return text if len(text) <= limit else text[:limit] + "… (%d characters in all)" % len(text)
+
+    def call_tool(self, request):
+        """Call a registered generated tool: its module source is loaded once per session (keyed by
+        its hash), then ``function(**args)``; the result as JSON text (its repr when JSON cannot
+        carry it)."""
+        key = request["hash"]
+        namespace = self.tools.get(key)
+        if namespace is None:
+            namespace = {"__name__": "tea_tools." + request["name"], "__builtins__": __builtins__}
+            code = compile(request["source"], "<tool %s>" % request["name"], "exec", dont_inherit=True)
+            exec(code, namespace)
+            self.tools[key] = namespace
+        function = namespace.get(request["function"])
+        if not callable(function):
+            raise NameError("the tool's source defines no function %r" % request["function"])
+        value = function(**request.get("args", {}))
+        if hasattr(value, "__await__"):
+            import asyncio
+
+            value = asyncio.new_event_loop().run_until_complete(value)
+        try:
+            text = json.dumps({"json": value})
+        except (TypeError, ValueError):
+            text = json.dumps({"repr": repr(value)})
+        limit = 4 * self.cfg["max_output"]
+        if len(text) > limit:  # the supervisor drops longer lines: send the start and say so
+            text = json.dumps({"clipped": text[:limit], "size": len(text)})
+        return text
 
     def shell(self, command, timeout):
         proc = subprocess.Popen(
@@ -439,7 +473,7 @@ class Supervisor:
                 with self.lock:
                     self.outstanding.add(request.get("id"))
             try:
-                os.write(self.to_worker, json.dumps(request).encode() + b"\n")
+                os.write(self.to_worker, b"\n" + json.dumps(request).encode() + b"\n")
             except OSError:
                 break
         self.stop()
@@ -491,8 +525,15 @@ class Supervisor:
                 buffer, skipping = b"", True
 
     def wait_worker(self):
-        """Report the worker's death (with its signal) once its last answer has been relayed."""
-        _, status = os.waitpid(self.worker_pid, 0)
+        """Reap every child (as the sandbox's pid 1, orphans come here too); report the worker's
+        death (with its signal) once its last answer has been relayed."""
+        while True:
+            try:
+                pid, status = os.waitpid(-1, 0)
+            except ChildProcessError:
+                return
+            if pid == self.worker_pid:
+                break
         time.sleep(0.05)
         died = {"signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
                 "code": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None}

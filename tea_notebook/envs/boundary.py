@@ -2,10 +2,11 @@
 
 With bubblewrap (``bwrap``) a sandbox process gets its own user, PID, IPC, UTS, cgroup and network
 namespaces; runs as uid 65534 with no capabilities (as root and as an ordinary user alike); sees a
-read-only view of the system folders and the interpreter, the run folder as the only writable place,
-a private size-limited ``/tmp``, and nothing else of the host (no home folder, no workspace database,
-no other runs); dies with its parent; cannot create further user namespaces; and, on x86-64, runs
-under a seccomp filter that refuses the obviously dangerous system calls (ptrace, mount, keyctl, bpf …).
+read-only view of the system folders and the interpreter, the run folder as the only writable place
+besides a private size-limited ``/tmp`` and ``/dev/shm``, nothing else of the host (no home folder,
+no workspace database, no other runs, no writable ``/proc/sys``); dies with its parent; cannot create
+further user namespaces; and, on x86-64, runs under a seccomp filter that refuses the obviously
+dangerous system calls (ptrace, mount, keyctl, bpf …).
 Network is off unless an environment opts in with ``network=True``; then it shares the host's network.
 
 Where bubblewrap cannot run (not installed, user namespaces disabled, not Linux) the sandbox falls
@@ -34,6 +35,13 @@ ETC_ALWAYS = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/
 ETC_NETWORK = ("/etc/resolv.conf", "/etc/hosts", "/etc/nsswitch.conf", "/etc/gai.conf", "/etc/ssl", "/etc/ca-certificates")
 PASSWD = "root:x:0:0:root:/root:/usr/sbin/nologin\nnobody:x:65534:65534:sandbox:/nonexistent:/usr/sbin/nologin\n"
 GROUP = "root:x:0:\nnogroup:x:65534:\n"
+# /proc/sys is the machine's, not the sandbox's. A sandbox started by root is host uid 0 behind its
+# user namespace, and the kernel lets uid 0 write most of /proc/sys with no capability at all
+# (kernel.core_pattern = "|program" runs a program as real root): read-only, always.
+PROC_SYS = ("--ro-bind", "/proc/sys", "/proc/sys")
+# the root folder bwrap builds (and /dev) are tmpfs owned by the sandbox's uid, with no size limit:
+# read-only once every mount point is made, so /tmp and /dev/shm (both tmp_mb) are the only memory
+ROOT_READ_ONLY = ("--remount-ro", "/")
 
 # x86-64 system calls a sandboxed program has no business making: debugging other processes,
 # mounts and namespaces, kernel modules and keyrings, BPF and perf, io_uring (it bypasses seccomp's
@@ -50,6 +58,11 @@ BLOCKED_X86_64 = {
     "io_uring_enter": 426, "io_uring_register": 427, "open_tree": 428, "move_mount": 429, "fsopen": 430,
     "fsconfig": 431, "fsmount": 432, "fspick": 433, "pidfd_getfd": 438, "mount_setattr": 442,
 }  # fmt: skip
+# x86-64 calls that change a file's mode, and the index of their mode argument: set-uid and set-gid
+# bits are refused. A sandbox started by root is host uid 0 behind its user namespace, so a program
+# it marked set-uid in the run folder would run as root for any local user who reached it.
+MODE_CHANGES_X86_64 = {"chmod": (90, 1), "fchmod": (91, 1), "fchmodat": (268, 2), "fchmodat2": (452, 2)}
+SET_ID_BITS = 0o6000
 AUDIT_ARCH_X86_64 = 0xC000003E
 X32_SYSCALL_BIT = 0x40000000
 
@@ -92,7 +105,8 @@ def bubblewrap() -> str | None:
     if tool is None:
         return None
     probe = [tool, "--unshare-all", "--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
-    probe += ["--disable-userns", "--die-with-parent", *_system_binds(), "--proc", "/proc", "--dev", "/dev"]
+    probe += ["--disable-userns", "--die-with-parent", *_system_binds(), "--proc", "/proc", *PROC_SYS]
+    probe += ["--dev", "/dev", *ROOT_READ_ONLY]
     try:
         done = subprocess.run([*probe, "--", "/bin/true"], capture_output=True, timeout=20)
     except (OSError, subprocess.TimeoutExpired):
@@ -140,26 +154,33 @@ def _system_binds() -> list[str]:
     return args
 
 
-def interpreter_folders(python: str) -> list[str]:
-    """The folders an interpreter needs to run: its prefix (and a venv's base interpreter's)."""
-    folders = []
+@functools.lru_cache(maxsize=16)
+def interpreter_folders(python: str) -> tuple[str, ...]:
+    """The folders an interpreter needs to run — its prefixes, as it reports them (a venv's and its
+    base interpreter's) — outside ``/usr``. A prefix that holds the home folder (``~/bin/python3``
+    would make it ``~``) is refused: binding it would show the sandbox everything there."""
     if os.path.realpath(python) == os.path.realpath(sys.executable):
-        folders += [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix]
+        prefixes = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix]
     else:
-        prefix = Path(python).absolute().parent.parent
-        folders.append(str(prefix))
-        cfg = prefix / "pyvenv.cfg"
-        if cfg.exists():
-            for line in cfg.read_text().splitlines():
-                key, _, value = line.partition("=")
-                if key.strip() == "home":
-                    folders.append(str(Path(value.strip()).parent))
-    folders.append(str(Path(os.path.realpath(python)).parent.parent))
+        code = "import sys; print(sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, sep='\\n')"
+        try:
+            done = subprocess.run([python, "-I", "-c", code], capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise ValueError(f"cannot run the interpreter {python}: {exc}") from None
+        if done.returncode != 0:
+            raise ValueError(f"the interpreter {python} does not run: {done.stderr.strip()[-300:]}")
+        prefixes = done.stdout.split("\n")
+    home = os.path.realpath(os.path.expanduser("~"))
     out: list[str] = []
-    for folder in sorted({os.path.realpath(f) for f in folders}, key=len):
+    for folder in sorted({os.path.realpath(f) for f in prefixes if f.strip()}, key=len):
+        if folder == "/" or home == folder or home.startswith(folder + os.sep):
+            raise ValueError(
+                f"the interpreter {python} has its prefix at {folder}, which holds the home folder {home}: the "
+                "sandbox would see all of it. Use a virtual environment or an installed Python."
+            )
         if not any(folder == o or folder.startswith(o + os.sep) for o in [*out, "/usr"]):
             out.append(folder)
-    return out
+    return tuple(out)
 
 
 def bwrap_command(
@@ -185,7 +206,10 @@ def bwrap_command(
         fds.append(fd)
         return str(fd)
 
+    # --as-pid-1: the sandbox's supervisor (not dumpable) is pid 1 itself; bwrap's own init would be
+    # a process of the sandbox's uid that user code could inspect, holding the pipes to the host
     args = [tool, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session"]
+    args.append("--as-pid-1")
     args += ["--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--cap-drop", "ALL", "--hostname", "sandbox"]
     if network:
         args.append("--share-net")
@@ -194,12 +218,16 @@ def bwrap_command(
         args += ["--ro-bind-try", path, path]
     args += ["--ro-bind-data", data(PASSWD.encode()), "/etc/passwd"]
     args += ["--ro-bind-data", data(GROUP.encode()), "/etc/group"]
+    args += ["--proc", "/proc", *PROC_SYS]
+    size = str(tmp_mb * 1024 * 1024)
+    args += ["--dev", "/dev", "--size", size, "--tmpfs", "/dev/shm", "--remount-ro", "/dev"]
+    args += ["--size", size, "--tmpfs", "/tmp"]
+    # after the private /tmp, so an interpreter (or this script) that lives under /tmp is not hidden by it
     for path in interpreter_folders(python):
         args += ["--ro-bind", path, path]
     for path in readonly:
         args += ["--ro-bind", path, path]
-    args += ["--proc", "/proc", "--dev", "/dev", "--size", str(tmp_mb * 1024 * 1024), "--tmpfs", "/tmp"]
-    args += ["--bind", str(folder), str(folder), "--chdir", str(workdir)]
+    args += ["--bind", str(folder), str(folder), *ROOT_READ_ONLY, "--chdir", str(workdir)]
     program = seccomp_program()
     if program is not None:
         args += ["--seccomp", data(program)]
@@ -208,11 +236,12 @@ def bwrap_command(
 
 @functools.lru_cache(maxsize=1)
 def seccomp_program() -> bytes | None:
-    """A classic-BPF seccomp filter refusing :data:`BLOCKED_X86_64` with EPERM (x32 calls too, any
-    other architecture is killed); None on machines that are not x86-64."""
+    """A classic-BPF seccomp filter refusing :data:`BLOCKED_X86_64` and set-uid/set-gid mode changes
+    (:data:`MODE_CHANGES_X86_64`) with EPERM (x32 calls too, any other architecture is killed); None
+    on machines that are not x86-64."""
     if platform.machine() not in ("x86_64", "AMD64"):
         return None
-    ld_abs, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06
+    ld_abs, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
     allow, kill, eperm = 0x7FFF0000, 0x80000000, 0x00050000 | 1
 
     def op(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
@@ -222,5 +251,10 @@ def seccomp_program() -> bytes | None:
     prog += [op(jge, X32_SYSCALL_BIT, 0, 1), op(ret, eperm)]
     for number in sorted(BLOCKED_X86_64.values()):
         prog += [op(jeq, number, 0, 1), op(ret, eperm)]
+    for number, index in sorted(MODE_CHANGES_X86_64.values()):
+        # not this call: on to the next block; else load the mode (low half of the argument) and refuse
+        # it with set-id bits (the accumulator now holds the mode, so the call's fate is decided here)
+        prog += [op(jeq, number, 0, 4), op(ld_abs, 16 + 8 * index), op(jset, SET_ID_BITS, 0, 1)]
+        prog += [op(ret, eperm), op(ret, allow)]
     prog.append(op(ret, allow))
     return b"".join(prog)

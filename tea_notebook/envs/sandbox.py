@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import errno
 import itertools
 import json
 import os
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
     from tea_notebook.protocol.context import Context
 
 CHILD = Path(__file__).with_name("_sandbox_child.py")
+PACKAGE = Path(__file__).resolve().parents[1]  # tea_notebook/, bound read-only (an editable install's too)
 DISK_POLL = 0.25  # seconds between checks of the run folder's size while code runs
 MAX_ENTRIES = 100_000  # files and folders a run folder may hold
 # what sandboxed code inherits from the parent's environment; nothing else (no keys, no tokens)
@@ -158,7 +160,7 @@ class PythonSandbox(Environment):
         self._lock = threading.Lock()
         self._buffer = b""
         self._main: int | None = None
-        self._pids_group: Path | None = None
+        self._groups: dict[str, Path] = {}  # cgroups by controller (pids, memory), when running as root
         self._inflight: int | None = None
         self.calls = 0
         self.restarts = 0
@@ -187,8 +189,8 @@ class PythonSandbox(Environment):
             proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             pass
-        group, self._pids_group = self._pids_group, None
-        if group is not None:
+        groups, self._groups = self._groups, {}
+        for group in set(groups.values()):
             _remove_cgroup(group)
         for stream in (proc.stdin, proc.stdout):
             try:
@@ -251,8 +253,22 @@ class PythonSandbox(Environment):
         readable.update(site.getsitepackages())
         return {"read": sorted(readable), "write": [str(self.workdir)], "network": self.network}
 
+    def _prepare_folders(self, uid: int | None, gid: int | None) -> None:
+        """The working directory and its ``.tmp`` as real folders, given to ``uid`` when set. Worked
+        through folder descriptors without following symlinks: earlier sandbox code may have put a
+        symlink in their place, and following it (mkdir, chown as root) would reach the host."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        fds = [os.open(self.folder, os.O_RDONLY | os.O_DIRECTORY)]
+        try:
+            for name in (self.workdir.name, ".tmp"):
+                fds.append(_plain_folder(fds[-1], name))
+                if uid is not None:
+                    os.fchown(fds[-1], uid, gid)
+        finally:
+            for fd in fds:
+                os.close(fd)
+
     def _spawn(self) -> None:
-        (self.workdir / ".tmp").mkdir(parents=True, exist_ok=True)
         tool = None if self.isolation == "process" else boundary.bubblewrap()
         if tool is None and self.isolation == "bubblewrap":
             raise EnvironmentFailure(
@@ -260,9 +276,7 @@ class PythonSandbox(Environment):
                 "'apt-get install bubblewrap'; user namespaces must be enabled)"
             )
         uid, gid = (None, None) if tool else self._identity()
-        if uid is not None:
-            for path in (self.workdir, self.workdir / ".tmp"):
-                os.chown(path, uid, gid)
+        self._prepare_folders(uid, gid)
         # the uid the kernel counts processes against: this one, unless the fallback drops to nobody
         outside_root = os.geteuid() == 0 and uid is None
         config = {
@@ -287,7 +301,7 @@ class PythonSandbox(Environment):
                 python=self.python,
                 folder=self.folder,
                 workdir=self.workdir,
-                readonly=[str(CHILD)],
+                readonly=[str(PACKAGE)],  # the sandbox's own server, and tea_notebook importable inside
                 network=self.network,
                 tmp_mb=self.tmp_mb,
             )
@@ -316,11 +330,26 @@ class PythonSandbox(Environment):
             self.kill()
             raise EnvironmentFailure("the sandbox process did not start (it exited before saying it was ready)")
         self._info = {**hello, "startup": time.perf_counter() - started, "isolated": bool(prefix)}
-        self._main = _host_pid(self._proc.pid, hello.get("pid"))
-        self._pids_group = None
+        inside = _descendants(self._proc.pid)  # bwrap's init, the supervisor, the worker (nothing else runs yet)
+        self._main = _host_pid(inside, hello.get("pid")) or self._proc.pid
+        self._groups = {}
         if outside_root:
-            self._pids_group = _pids_cgroup(self.processes + 4, [self._proc.pid, *_descendants(self._proc.pid)])
-            if self._pids_group is None:
+            # the whole sandbox: its processes, and its memory outside any one address space (memory
+            # files, shared memory, /tmp and /dev/shm) — RLIMIT_AS only bounds each process
+            total = (self.memory_mb + 2 * self.tmp_mb + 64) * 2**20
+            self._groups = _cgroups(
+                {
+                    "pids": {"pids.max": str(self.processes + 4)},
+                    "memory": {
+                        "?memory.max": str(total),
+                        "?memory.swap.max": "0",
+                        "?memory.limit_in_bytes": str(total),
+                        "?memory.memsw.limit_in_bytes": str(total),
+                    },
+                },
+                [self._proc.pid, *inside],
+            )
+            if "pids" not in self._groups:
                 self._info["warning"] = "no process limit: running as root without a writable pids cgroup"
         if tool:
             self.boundary = boundary.Boundary(
@@ -372,24 +401,43 @@ class PythonSandbox(Environment):
                 return message
 
     def disk_usage(self) -> tuple[int, int]:
-        """Bytes and entries under the run folder (symlinks not followed; the count stops early
-        past :data:`MAX_ENTRIES`, which is itself over quota)."""
-        total, entries, stack = 0, 0, [str(self.folder)]
-        while stack and entries <= MAX_ENTRIES:
+        """Bytes and entries of the run folder: walked through folder descriptors (so nesting past
+        PATH_MAX is counted), symlinks not followed, plus files the sandbox deleted but still holds
+        open. The count stops early past :data:`MAX_ENTRIES`, which is itself over quota."""
+        total, entries = 0, 0
+        device = os.stat(self.folder).st_dev
+        for _top, folders, files, fd in os.fwalk(self.folder, follow_symlinks=False):
+            for name in folders + files:
+                entries += 1
+                try:
+                    info = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                except OSError:
+                    continue
+                total += info.st_blocks * 512
+            if entries > MAX_ENTRIES:
+                break
+        return total + self._held_open(device), entries
+
+    def _held_open(self, device: int) -> int:
+        """Bytes of files on the run folder's filesystem that sandbox processes hold open with no
+        name left (deleted after opening: a listing cannot see them)."""
+        if self._proc is None:
+            return 0
+        total, seen = 0, set()
+        for pid in _descendants(self._proc.pid):
             try:
-                with os.scandir(stack.pop()) as listing:
-                    for entry in listing:
-                        entries += 1
-                        try:
-                            info = entry.stat(follow_symlinks=False)
-                        except OSError:
-                            continue
-                        total += info.st_blocks * 512 if hasattr(info, "st_blocks") else info.st_size
-                        if entry.is_dir(follow_symlinks=False):
-                            stack.append(entry.path)
+                fds = os.listdir(f"/proc/{pid}/fd")
             except OSError:
                 continue
-        return total, entries
+            for fd in fds:
+                try:
+                    info = os.stat(f"/proc/{pid}/fd/{fd}")
+                except OSError:
+                    continue
+                if info.st_nlink == 0 and info.st_dev == device and info.st_ino not in seen:
+                    seen.add(info.st_ino)
+                    total += info.st_blocks * 512
+        return total
 
     def _over_quota(self) -> tuple[int, int] | None:
         used, entries = self.disk_usage()
@@ -433,7 +481,7 @@ class PythonSandbox(Environment):
                 self.last = result
                 return result
             rid = next(self._ids)
-            proc, forks_failed = self._proc, self._fork_failures()
+            proc, forks_failed, ooms = self._proc, self._fork_failures(), self._oom_kills()
             self._inflight = rid
             try:
                 self._send({"id": rid, "op": op, "timeout": limit, **fields})
@@ -446,6 +494,8 @@ class PythonSandbox(Environment):
             while answer is not None and answer.get("id") not in (rid, None):  # a late answer to an older call
                 answer = self._read_line(deadline, watch_disk=True)
             self._inflight = None
+            # a burst between two checks: the call finished, but it is the one that broke the quota
+            burst = self._over_quota() if answer is not None and answer.get("id") == rid else None
             if answer is not None and "disk" in answer:
                 self.kill()
                 result = ExecResult(error={"type": "DiskQuota", "message": self._quota_text(answer["disk"])}, limit="disk")
@@ -471,12 +521,20 @@ class PythonSandbox(Environment):
                 else:
                     signal_no = -self._proc.returncode if died and self._proc.returncode < 0 else None
                 out_of_memory = not died and self._at_memory_limit()
+                cgroup_oom = self._oom_kills() > ooms
                 self.kill()
                 if out_of_memory:
                     result = ExecResult(error={"type": "MemoryError", "message": "no answer"}, limit="memory")
                     result.notes.append(
                         f"Killed: the code used up the memory limit of {self.memory_mb} MB and the interpreter "
                         f"stopped responding; the session was restarted and variables were lost."
+                    )
+                elif cgroup_oom:
+                    result = ExecResult(error={"type": "MemoryError", "message": "killed"}, limit="memory")
+                    result.notes.append(
+                        f"Killed: the sandbox as a whole (its processes, memory files, shared memory, /tmp) went "
+                        f"past its memory limit of {self.memory_mb + 2 * self.tmp_mb + 64} MB; the session was "
+                        "restarted and variables were lost."
                     )
                 elif died:
                     cause = self._death_cause(signal_no)
@@ -496,7 +554,7 @@ class PythonSandbox(Environment):
             result = ExecResult(
                 stdout=answer.get("stdout", ""),
                 stderr=answer.get("stderr", ""),
-                value=answer.get("value") if op == "exec" else None,
+                value=answer.get("value") if op in ("exec", "call") else None,
                 error=answer.get("error"),
                 limit=answer.get("limit"),
                 exit_code=answer.get("exit_code"),
@@ -516,6 +574,13 @@ class PythonSandbox(Environment):
                     "call (starting a process failed); processes left over were stopped."
                 )
                 self._reap_strays()
+            if burst is not None:
+                result.limit = "disk"
+                result.error = result.error or {"type": "DiskQuota", "message": self._quota_text(burst)}
+                result.notes.append(
+                    f"Sandbox limit: this call went past the disk quota: {self._quota_text(burst)}. The next call "
+                    "is refused until files are deleted."
+                )
             if restarted:
                 result.notes.append("(the sandbox had stopped and was restarted: earlier variables are gone)")
             self.last = result
@@ -527,19 +592,22 @@ class PythonSandbox(Environment):
             cpu=self.cpu_seconds,
             memory_mb=self.memory_mb,
             processes=self.processes,
-            file_mb=self.file_mb,
+            file_mb=min(self.file_mb, self.quota_mb),
             quota_mb=self.quota_mb,
         )
         return f"Sandbox limit: {text}. The session continues with its variables."
 
     def _fork_failures(self) -> int:
         """How often the pids cgroup refused a new process (0 without one)."""
-        if self._pids_group is None:
+        group = self._groups.get("pids")
+        return _counter(group / "pids.events", "max") if group is not None else 0
+
+    def _oom_kills(self) -> int:
+        """How often the memory cgroup killed a process of the sandbox (0 without one)."""
+        group = self._groups.get("memory")
+        if group is None:
             return 0
-        for line in _read(self._pids_group / "pids.events").splitlines():
-            if line.startswith("max "):
-                return int(line.split()[1])
-        return 0
+        return max(_counter(group / "memory.events", "oom_kill"), _counter(group / "memory.oom_control", "oom_kill"))
 
     def _at_memory_limit(self) -> bool:
         """True when the interpreter's address space reached (nearly) its limit."""
@@ -572,8 +640,9 @@ class PythonSandbox(Environment):
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline:
             strays = set(_group_members(self._proc.pid, exclude=keep)) | (set(_descendants(self._proc.pid)) - keep)
-            if self._pids_group is not None:  # also what left the process group (setsid)
-                strays.update(int(p) for p in _read(self._pids_group / "cgroup.procs").split() if int(p) not in keep)
+            if "pids" in self._groups:  # also what left the process group (setsid)
+                procs = _read(self._groups["pids"] / "cgroup.procs").split()
+                strays.update(int(p) for p in procs if int(p) not in keep)
             if not strays:
                 return
             for sig in (signal.SIGSTOP, signal.SIGKILL):
@@ -682,6 +751,24 @@ def _group_members(pgid: int, exclude: set[int]) -> list[int]:
     return members
 
 
+def _plain_folder(parent: int, name: str) -> int:
+    """Open (creating it when missing) the folder ``name`` under the folder descriptor ``parent``,
+    never through a symlink: a symlink or file in its place is removed first. Returns its descriptor."""
+    for _ in range(5):
+        try:
+            return os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=parent)
+        except FileNotFoundError:
+            try:
+                os.mkdir(name, 0o755, dir_fd=parent)
+            except FileExistsError:
+                pass
+        except OSError as exc:
+            if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+                raise
+            os.unlink(name, dir_fd=parent)  # a symlink (or a file) where the folder belongs
+    raise EnvironmentFailure(f"cannot make {name!r} a plain folder of the sandbox (it keeps changing)")
+
+
 def _parents() -> dict[int, int]:
     """pid → parent pid of every live (not zombie) process, from /proc."""
     parents = {}
@@ -720,13 +807,13 @@ def _ancestors(pid: int, top: int) -> list[int]:
     return out
 
 
-def _host_pid(top: int, inner_pid: int | None) -> int:
-    """The host pid of the process below ``top`` whose pid in its own namespace is ``inner_pid``."""
-    for pid in _descendants(top):
+def _host_pid(candidates: list[int], inner_pid: int | None) -> int | None:
+    """The host pid of the process among ``candidates`` whose pid in its own namespace is ``inner_pid``."""
+    for pid in candidates:
         for line in _read(Path(f"/proc/{pid}/status")).splitlines():
             if line.startswith("NSpid:") and line.split()[-1] == str(inner_pid):
                 return pid
-    return top
+    return None
 
 
 def _readable_by_others(python: str) -> bool:
@@ -795,24 +882,56 @@ def _namespace_prefix() -> list[str]:
 _CGROUP_IDS = itertools.count(1)
 
 
-def _pids_cgroup(limit: int, pids: list[int]) -> Path | None:
-    """A pids cgroup holding ``pids`` with ``pids.max = limit`` (v2 or v1 hierarchy), or None."""
-    for root in (Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/unified"), Path("/sys/fs/cgroup/pids")):
-        if not (root / "cgroup.procs").exists():
-            continue
-        if root.name != "pids" and "pids" not in _read(root / "cgroup.controllers"):
-            continue
-        _remove_stale_groups(root)
-        group = root / f"tea-sandbox-{os.getpid()}-{next(_CGROUP_IDS)}"
-        try:
-            group.mkdir(exist_ok=True)
-            (group / "pids.max").write_text(str(limit))
-            for pid in dict.fromkeys(pids):
-                (group / "cgroup.procs").write_text(str(pid))
-            return group
-        except OSError:
-            _remove_cgroup(group)
-    return None
+def _cgroups(limits: dict[str, dict[str, str]], pids: list[int]) -> dict[str, Path]:
+    """Cgroups holding ``pids`` with ``limits`` ({controller: {file: value}}; a file named with a
+    leading "?" may be missing): one group in the v2 hierarchy for the controllers it has, one group
+    per v1 hierarchy for the others. Returns {controller: group}; controllers that could not be set
+    up are left out."""
+    made: dict[str, Path] = {}
+    wanted = dict(limits)
+    for root in (Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/unified")):
+        available = set(_read(root / "cgroup.controllers").split()) & set(wanted)
+        if (root / "cgroup.procs").exists() and available:
+            group = _make_group(root, {c: wanted[c] for c in available}, pids)
+            if group is not None:
+                made.update({c: group for c in available})
+                wanted = {c: v for c, v in wanted.items() if c not in available}
+            break
+    for controller, files in wanted.items():
+        root = Path("/sys/fs/cgroup") / controller
+        if (root / "cgroup.procs").exists():
+            group = _make_group(root, {controller: files}, pids)
+            if group is not None:
+                made[controller] = group
+    return made
+
+
+def _make_group(root: Path, limits: dict[str, dict[str, str]], pids: list[int]) -> Path | None:
+    _remove_stale_groups(root)
+    group = root / f"tea-sandbox-{os.getpid()}-{next(_CGROUP_IDS)}"
+    try:
+        group.mkdir(exist_ok=True)
+        for files in limits.values():
+            for name, value in files.items():
+                target = group / name.lstrip("?")
+                if name.startswith("?") and not target.exists():
+                    continue
+                target.write_text(value)
+        for pid in dict.fromkeys(pids):
+            (group / "cgroup.procs").write_text(str(pid))
+        return group
+    except OSError:
+        _remove_cgroup(group)
+        return None
+
+
+def _counter(path: Path, key: str) -> int:
+    """The number after ``key`` in a cgroup's key-value file (0 when absent)."""
+    for line in _read(path).splitlines():
+        name, _, value = line.partition(" ")
+        if name == key and value.strip().isdigit():
+            return int(value)
+    return 0
 
 
 def _remove_stale_groups(root: Path) -> None:

@@ -105,6 +105,10 @@ class SessionManager:
         self._starting: dict[tuple[str, str], asyncio.Future] = {}
         _all_managers.add(self)
 
+    def runtime(self, name: str, cls: type[Environment], config: dict[str, Any]) -> EnvironmentRuntime:
+        """What ECP registers as the runtime of environment ``name`` (class ``cls`` with ``config``)."""
+        return EnvironmentRuntime(self, name, cls, config)
+
     def folder(self, key: str) -> Path:
         """The run folder of a session key (runs/<run id>, or sessions/interactive)."""
         base = self.workspace.path / ("sessions" if key == DEFAULT_SESSION else "runs")

@@ -864,27 +864,53 @@ class Mem2Evolve:
 
 
 # -- agents in ACP ----------------------------------------------------------------------------
-def register_evolution_agents(ws: "Workspace", model: str | None = None, **options: Any) -> list["AgentRecord"]:
+def register_evolution_agents(
+    ws: "Workspace", model: str | None = None, *, approval: str = "auto", **options: Any
+) -> list["AgentRecord"]:
     """Register ``tool_manager`` (the tool maker on a task; answer: what it created or reused) and
     ``mem2evolve`` (the whole loop; answer: the final answer) in ACP with runners in this process,
     so a planner can delegate to them (``ws.planner(["tool_manager", "mem2evolve"])``).
-    ``options`` go to :class:`Mem2Evolve` (δ, K, max_steps, …)."""
+
+    ``approval`` holds for both, wherever the task comes from: with ``"manual"`` no generated tool
+    (nor a fixed version) is registered until a person accepts it. What waits is kept on the
+    runner: ``ws.agents.runtime("tool_manager").pending`` lists the :class:`Creation` objects
+    (``creation.candidates[i].accept()``), ``ws.agents.runtime("mem2evolve").pending`` the
+    :class:`EvolutionResult` objects. ``options`` go to :class:`Mem2Evolve` (δ, K, max_steps,
+    max_fixes, retries, …); ``max_fixes`` and ``retries`` also to the tool manager. Bad options
+    fail here, not at the first delegation.
+    """
+    from tea_notebook.evolve.render import evolution_pending
     from tea_notebook.evolve.toolmaker import ToolMaker
     from tea_notebook.protocol.records import AgentRecord
+
+    Mem2Evolve(ws, model=model, approval=approval, **options)  # checks approval and every option now
+    maker_options = {k: options[k] for k in ("max_fixes", "retries") if k in options}
 
     def with_files(task: str, files: list[str] | None) -> str:
         return task + (("\nAttached files (absolute paths): " + ", ".join(files)) if files else "")
 
     async def tool_manager(task: str, files: list[str] | None = None, context: "Context | None" = None) -> str:
-        maker = ToolMaker(ws, model=model, max_fixes=options.get("max_fixes", 3))
+        maker = ToolMaker(ws, model=model, approval=approval, **maker_options)
         creation = await maker.acreate(with_files(task, files), context=context)
-        return creation.summary()
+        waiting = [c.name for c in creation.candidates if c.status == "pending"]
+        if not waiting:
+            return creation.summary()
+        tool_manager.pending.append(creation)  # type: ignore[attr-defined]
+        return f"{creation.summary()}\n{_waiting_note(waiting)}"
 
     async def mem2evolve(task: str, files: list[str] | None = None, context: "Context | None" = None) -> str:
-        result = await Mem2Evolve(ws, model=model, **options).arun(with_files(task, files), context=context)
+        loop = Mem2Evolve(ws, model=model, approval=approval, **options)
+        result = await loop.arun(with_files(task, files), context=context)
+        waiting = evolution_pending(result)
+        if waiting:
+            mem2evolve.pending.append(result)  # type: ignore[attr-defined]
+        note = f"\n{_waiting_note([line.split(':')[0] for line in waiting])}" if waiting else ""
         if result.success:
-            return result.answer
-        return f"(mem2evolve: the judge found the task not completed) {result.answer}"
+            return result.answer + note
+        return f"(mem2evolve: the judge found the task not completed) {result.answer}{note}"
+
+    tool_manager.pending = []  # type: ignore[attr-defined]
+    mem2evolve.pending = []  # type: ignore[attr-defined]
 
     cards = [
         (
@@ -929,6 +955,14 @@ def register_evolution_agents(ws: "Workspace", model: str | None = None, **optio
 
 
 # -- small helpers ----------------------------------------------------------------------------
+def _waiting_note(names: list[str]) -> str:
+    """What a delegating agent reads about assets held for a person's approval."""
+    return (
+        f"waiting for a person's approval (approval='manual'): {', '.join(names)}; "
+        "not registered, so not callable until the person accepts it"
+    )
+
+
 def _block(lines: Iterable[str]) -> str:
     """Lines for a prompt slot that follows a label: on their own lines, or ``(none)``."""
     text = "\n".join(lines)

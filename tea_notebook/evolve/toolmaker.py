@@ -2,9 +2,13 @@
 register (or discard), then reuse. AgentOrchestra's tool manager with Mem²Evolve's prompts.
 
 Generated code runs only in a confined sandbox (no network, no files outside its folder, no new
-programs) until it has passed: it imports, its ``TOOL_CONFIG`` is consistent, the specification's
-examples give the expected outputs, and tests written by the model pass — tests that a constant
-function would also pass, or that assert nothing, are rejected. Failures go back to the model for a
+programs) until it has passed, and there in a process of its own: the validation harness
+(:mod:`tea_notebook.evolve.validation_harness`) forks it, calls it through a pipe and reports what
+happened as data, so the code under test cannot touch the report; the verdict is made here. It
+passes when it imports, its ``TOOL_CONFIG`` is consistent, the specification's examples give the
+expected outputs, and tests written by the model pass. Tests that assert nothing, that a constant
+function would also pass, or that still pass when every result beyond the examples is changed
+(mutation) are rejected — the tests cannot tell these runs from the real one. Failures go back to the model for a
 bounded number of fixes; then the tool is registered with its provenance (run, model, tests and
 their output) or discarded with the reason. Every stage is a step of a recorded run, so a notebook
 shows the code, the tests and their results in the trajectory.
@@ -17,8 +21,10 @@ import asyncio
 import hashlib
 import itertools
 import json
+import functools
 import textwrap
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from jsonschema import Draft202012Validator
@@ -55,84 +61,7 @@ class raises:
         return issubclass(kind, self.kinds)
 '''
 
-# runs inside the sandbox: load the module, check TOOL_CONFIG, try the examples, run the tests
-CHECK_SCRIPT = """
-import importlib, inspect, json, sys, traceback
-sys.path.insert(0, ".")
-for name in [m for m in sys.modules if m in (%(module)r, %(tests)r)]:
-    del sys.modules[name]
-report = {"stage": "import", "ok": False}
-try:
-    mod = importlib.import_module(%(module)r)
-    report["stage"] = "config"
-    cfg = getattr(mod, "TOOL_CONFIG", None)
-    problems = []
-    if not isinstance(cfg, dict):
-        problems.append("the module defines no TOOL_CONFIG dict")
-    else:
-        if cfg.get("name") != %(name)r:
-            problems.append("TOOL_CONFIG['name'] is %%r, not %(name)r" %% cfg.get("name"))
-        if not callable(cfg.get("function")):
-            problems.append("TOOL_CONFIG['function'] is not a function")
-        if not isinstance(cfg.get("input_schema"), dict):
-            problems.append("TOOL_CONFIG['input_schema'] is not a JSON Schema object")
-    public = [n for n, v in vars(mod).items() if inspect.isfunction(v) and v.__module__ == mod.__name__
-              and not n.startswith("_")]
-    if len(public) != 1:
-        problems.append("the module must define exactly one public function, it defines %%d: %%s"
-                        %% (len(public), ", ".join(public) or "none"))
-    if problems and not %(vacuity)s:
-        raise AssertionError("; ".join(problems))
-    fn = cfg["function"]
-    sig = inspect.signature(fn)
-    if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in sig.parameters.values()) and not %(vacuity)s:
-        raise AssertionError("the function must have explicit parameters (no *args or **kwargs)")
-    report.update(function=fn.__name__, input_schema=cfg["input_schema"], returns=cfg.get("returns") or {},
-                  description=cfg.get("description") or "")
-    report["stage"] = "examples"
-    for i, ex in enumerate(%(examples)s):
-        got = fn(**ex["input"])
-        want = ex.get("output", got)
-        close = isinstance(got, float) and isinstance(want, (int, float))
-        close = close and abs(got - want) <= 1e-6 * max(1, abs(want))
-        if got != want and not close:
-            raise AssertionError("example %%d: %%s(**%%r) returned %%r, expected %%r"
-                                 %% (i + 1, fn.__name__, ex["input"], got, want))
-    report["stage"] = "tests"
-    tests = importlib.import_module(%(tests)r)
-    names = [n for n in dir(tests) if n.startswith("test") and callable(getattr(tests, n))]
-    results = []
-    for n in names:
-        try:
-            getattr(tests, n)()
-            results.append([n, True, ""])
-        except BaseException as exc:
-            results.append([n, False, "".join(traceback.format_exception_only(type(exc), exc)).strip()])
-    report["tests"] = results
-    failed = [r for r in results if not r[1]]
-    if not names:
-        raise AssertionError("no test functions were found")
-    if failed:
-        detail = "; ".join("%%s: %%s" %% (n, m) for n, _, m in failed)
-        raise AssertionError("%%d of %%d tests failed: %%s" %% (len(failed), len(results), detail))
-    report["ok"] = True
-except BaseException as exc:
-    report["error"] = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-    ours = (%(module)r + ".py", %(tests)r + ".py")
-    tb = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename.endswith(ours)]
-    if tb:
-        last = tb[-1]
-        where = (last.filename.rsplit("/", 1)[-1], last.lineno, (last.line or "").strip())
-        report["where"] = "%%s line %%d: %%s" %% where
-print(json.dumps(report, default=repr))
-"""
-
-STUB = """def {function}(*args, **kwargs):
-    return {constant!r}
-
-TOOL_CONFIG = {{"name": {name!r}, "description": "constant stub", "function": {function},
-               "input_schema": {{"type": "object"}}, "returns": {{}}}}
-"""
+HARNESS = Path(__file__).with_name("validation_harness.py")  # runs in the sandbox, imports the tool apart
 
 
 @dataclass
@@ -361,9 +290,9 @@ class ToolMaker:
         except TeaError:
             return ""
 
-    async def _tests(self, proc: Process, cand: Candidate) -> str:
+    async def _tests(self, proc: Process, cand: Candidate, problem: str | None = None) -> str:
         """Tests from the spec and its examples; vacuous ones (no assertion, or passing against a
-        constant function) are sent back with the reason."""
+        constant function) are sent back with the reason (``problem``: why the last ones were)."""
         function = _public_function(cand.code) or cand.name
         examples = cand.spec.get("examples") or []
 
@@ -380,32 +309,38 @@ class ToolMaker:
             "spec": json.dumps({k: v for k, v in cand.spec.items() if k != "examples"}, ensure_ascii=False),
             "examples": json.dumps(examples, ensure_ascii=False),
         }
-        # a stub returning each example's expected output in turn (tests asserting one example only
-        # would pass against the stub for that example)
+        # constant stubs returning each example's expected output in turn (tests asserting one example
+        # only would pass against the stub for that example)
         outputs = {repr(e.get("output")): e.get("output") for e in examples if isinstance(e, dict)}
         constants = list(outputs.values())[:3] or [None]
+        if problem:
+            fields["spec"] += f"\nYour previous tests were rejected: {problem}."
         for attempt in range(self.retries + 1):
             tests = (await ask_json(proc, prompts.TOOL_TESTS, fields, validate=check, retries=self.retries))["tests"]
-            for constant in constants:
-                stub = STUB.format(function=function, constant=constant, name=cand.name)
-                report = await self._check(proc, cand.name, stub, tests, examples=[], label="vacuity")
-                if report.get("ok"):
-                    break
-            else:
+            verdict = await self._check(
+                proc, cand.name, cand.code, tests, examples=examples, label="vacuity", constants=constants
+            )
+            problem = verdict.get("vacuous")
+            if not problem:
                 proc.step("write_tests", {"tool": cand.name}, tests)
                 return tests
-            problem = (
-                f"the tests pass against a function that always returns {constant!r}; "
-                "they must check computed results for several different inputs"
-            )
             proc.step("reject_tests", {"tool": cand.name, "attempt": attempt + 1}, f"{problem}\n\n{tests}", ok=False)
             fields["spec"] += f"\nYour previous tests were rejected: {problem}."
         raise EvolutionError("tool_tests", "the tests were rejected as vacuous after every attempt")
 
     async def _check(
-        self, proc: Process, name: str, code: str, tests: str, *, examples: list[Any], label: str
+        self,
+        proc: Process,
+        name: str,
+        code: str,
+        tests: str,
+        *,
+        examples: list[Any],
+        label: str,
+        constants: list[Any] = (),  # type: ignore[assignment]
+        mutant: bool = False,
     ) -> dict[str, Any]:
-        """Run the checks for one version of the code in a fresh confined sandbox."""
+        """Run the harness for one version of the code in a fresh confined sandbox; the verdict."""
         from tea_notebook.envs.sandbox import PythonSandbox
 
         folder = proc.folder / "toolmaker" / f"{name}-{label}"
@@ -413,39 +348,70 @@ class ToolMaker:
             if not folder.exists():
                 break
             folder = proc.folder / "toolmaker" / f"{name}-{label}-{n}"
-        box = PythonSandbox(folder, timeout=self.timeout, confine=True, network=False, memory_mb=1024, processes=16)
+        examples = [e for e in examples if isinstance(e, dict) and isinstance(e.get("input"), dict)]
+        runs = 2 + len(constants) + int(mutant)  # import and examples, then each mode's pass over the tests
+        box = PythonSandbox(
+            folder,
+            timeout=self.timeout * runs,
+            confine=True,
+            network=False,
+            memory_mb=1024,
+            processes=16,
+            max_output=4_000_000,
+            quota_mb=256,
+        )
         box.workdir.mkdir(parents=True, exist_ok=True)
         (box.workdir / f"{name}.py").write_text(code)
         (box.workdir / f"test_{name}.py").write_text(tests)
         (box.workdir / "tea_check.py").write_text(TEA_CHECK)
-        script = CHECK_SCRIPT % {
+        config = {
             "module": name,
             "tests": f"test_{name}",
-            "name": name,
-            "examples": repr([e for e in examples if isinstance(e, dict) and isinstance(e.get("input"), dict)]),
-            "vacuity": label == "vacuity",
+            "examples": examples,
+            "constants": list(constants),
+            "mutant": mutant,
+            "call_timeout": self.timeout,
+            "import_timeout": self.timeout,
         }
+        script = f"{_harness_source()}\n__import__('json').dumps(run(__import__('json').loads({json.dumps(config)!r})))"
         try:
             await box.start()
-            result = await asyncio.to_thread(box.request, "exec", self.timeout, code=script)
+            result = await asyncio.to_thread(box.request, "exec", box.timeout, code=script)
         finally:
             await box.stop()
         if result.limit or result.error:
             return {"ok": False, "stage": "run", "error": result.text()}
         try:
-            return json.loads(result.stdout.strip().splitlines()[-1])
-        except (ValueError, IndexError):
-            return {"ok": False, "stage": "run", "error": result.text()}
+            report = json.loads(ast.literal_eval(result.value or ""))
+        except (ValueError, SyntaxError, TypeError):
+            return {"ok": False, "stage": "run", "error": f"the harness gave no report: {result.text()[:2000]}"}
+        return judge(report, name, examples)
 
     async def _validate(self, proc: Process, cand: Candidate) -> None:
         examples = cand.spec.get("examples") or []
-        for iteration in range(self.max_fixes + 1):
+        rewrites = 0
+        iteration = 0
+        while iteration <= self.max_fixes:
             proc.check_stop()
-            report = await self._check(proc, cand.name, cand.code, cand.tests, examples=examples, label=str(iteration))
+            report = await self._check(
+                proc, cand.name, cand.code, cand.tests, examples=examples, label=str(iteration), mutant=True
+            )
             cand.test_output = _report_text(report)
             proc.step(
                 "validate", {"tool": cand.name, "iteration": iteration}, cand.test_output, ok=bool(report.get("ok"))
             )
+            if report.get("ok") and report.get("vacuous"):  # the code passes tests that check too little
+                proc.step("reject_tests", {"tool": cand.name, "mutation": True}, report["vacuous"], ok=False)
+                rewrites += 1
+                try:
+                    if rewrites > self.retries:
+                        raise EvolutionError("tool_tests", "the tests were rejected as vacuous after every attempt")
+                    cand.tests = await self._tests(proc, cand, problem=report["vacuous"])
+                except EvolutionError as exc:
+                    cand.status, cand.reason = "discarded", str(exc)
+                    self._record_discard(cand, cand._creation, proc)
+                    return
+                continue
             if report.get("ok"):
                 cand.first_pass = iteration == 0 if cand.first_pass is None else cand.first_pass
                 cand.checked = report
@@ -460,6 +426,7 @@ class ToolMaker:
             cand.first_pass = False
             if iteration == self.max_fixes:
                 break
+            iteration += 1
             cand.fix_iterations += 1
             try:
                 fixed = await ask_json(
@@ -677,6 +644,113 @@ def _schema_from_spec(spec: dict[str, Any]) -> dict[str, Any]:
             if p.get("required", "default" not in p):
                 required.append(p["name"])
     return {"type": "object", "properties": props, "required": required}
+
+
+@functools.cache
+def _harness_source() -> str:
+    return HARNESS.read_text()
+
+
+def judge(report: Any, name: str, examples: list[dict[str, Any]]) -> dict[str, Any]:
+    """The verdict on a harness report. The report came out of the sandbox, so every field is checked
+    before it is read; anything malformed fails the check. Returns ``ok``, ``stage``, ``error``,
+    ``tests`` (name, passed, message), ``vacuous`` (why the tests check too little, or None) and, when
+    the module imported, what its TOOL_CONFIG declares."""
+    from tea_notebook.evolve.validation_harness import decode
+
+    if not isinstance(report, dict) or not isinstance(report.get("import"), dict):
+        return {"ok": False, "stage": "run", "error": "the harness report is malformed"}
+    info = report["import"]
+    verdict: dict[str, Any] = {"ok": False, "stage": "import", "tests": []}
+    if not info.get("ok"):
+        verdict["error"] = str(info.get("error") or "the module could not be imported")
+        return verdict
+    verdict["stage"] = "config"
+    problems = []
+    if not info.get("has_config"):
+        problems.append("the module defines no TOOL_CONFIG dict")
+    else:
+        if info.get("name") != name:
+            problems.append(f"TOOL_CONFIG['name'] is {info.get('name')!r}, not {name!r}")
+        if not info.get("callable"):
+            problems.append("TOOL_CONFIG['function'] is not a function")
+        if not isinstance(info.get("input_schema"), dict):
+            problems.append("TOOL_CONFIG['input_schema'] is not a JSON Schema object")
+    public = info.get("public") if isinstance(info.get("public"), list) else []
+    if len(public) != 1:
+        problems.append(
+            f"the module must define exactly one public function, it defines {len(public)}: "
+            f"{', '.join(map(str, public)) or 'none'}"
+        )
+    params = info.get("parameters") if isinstance(info.get("parameters"), list) else []
+    if any(isinstance(p, list) and len(p) == 3 and p[1] in (2, 4) for p in params):  # *args, **kwargs
+        problems.append("the function must have explicit parameters (no *args or **kwargs)")
+    if problems:
+        verdict["error"] = "; ".join(problems)
+        return verdict
+    verdict.update(
+        function=info.get("function"),
+        input_schema=decode(info.get("input_schema")),
+        returns=decode(info.get("returns")) if isinstance(info.get("returns"), dict) else {},
+        description=info.get("description") if isinstance(info.get("description"), str) else "",
+    )
+    verdict["stage"] = "examples"
+    got_list = report.get("examples") if isinstance(report.get("examples"), list) else []
+    for i, ex in enumerate(examples):
+        got = got_list[i] if i < len(got_list) and isinstance(got_list[i], dict) else {"raised": "no result"}
+        if got.get("raised"):
+            verdict["error"] = f"example {i + 1}: {info.get('function')}(**{ex['input']!r}) raised {got['raised']}"
+            return verdict
+        value, want = decode(got.get("got")), ex.get("output")
+        if "output" in ex and not _same(value, want):
+            verdict["error"] = (
+                f"example {i + 1}: {info.get('function')}(**{ex['input']!r}) returned {value!r}, expected {want!r}"
+            )
+            return verdict
+    verdict["stage"] = "tests"
+    modes = report.get("modes") if isinstance(report.get("modes"), dict) else {}
+    real = _results(modes.get("real"))
+    verdict["tests"] = real
+    if not real:
+        verdict["error"] = "no test functions were found"
+        return verdict
+    failed = [r for r in real if not r[1]]
+    if failed:
+        detail = "; ".join(f"{n}: {m}" for n, _, m in failed)
+        verdict["error"] = f"{len(failed)} of {len(real)} tests failed: {detail}"
+        return verdict
+    verdict["ok"], verdict["stage"], verdict["vacuous"] = True, "done", None
+    for key, results in modes.items():
+        results = _results(results)
+        if key == "real" or not results or not all(ok for _, ok, _ in results):
+            continue
+        if key.startswith("constant:"):
+            constant = json.loads(key.partition(":")[2])
+            verdict["vacuous"] = (
+                f"the tests pass against a function that always returns {constant!r}; "
+                "they must check computed results for several different inputs"
+            )
+        elif key == "mutant":
+            verdict["vacuous"] = (
+                "the tests still pass when every result for inputs other than the specification's examples is "
+                "changed: they must call the tool with other inputs and check its results exactly"
+            )
+        break
+    return verdict
+
+
+def _results(value: Any) -> list[list[Any]]:
+    """Test results from a report: [name, passed, message] rows, anything else dropped."""
+    rows = value if isinstance(value, list) else []
+    return [[str(r[0]), bool(r[1]), str(r[2])] for r in rows if isinstance(r, list) and len(r) == 3]
+
+
+def _same(got: Any, want: Any) -> bool:
+    if isinstance(got, float) and isinstance(want, (int, float)) and not isinstance(want, bool):
+        return abs(got - want) <= 1e-6 * max(1, abs(want))
+    if isinstance(got, tuple) and isinstance(want, list):  # JSON has no tuples
+        got = list(got)
+    return got == want
 
 
 def _report_text(report: dict[str, Any]) -> str:

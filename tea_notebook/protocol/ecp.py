@@ -3,13 +3,87 @@
 from __future__ import annotations
 
 import asyncio
+import importlib
 import inspect
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Protocol
 
-from tea_notebook.errors import NotFoundError
+from tea_notebook.errors import NotFoundError, RegistryError
 from tea_notebook.protocol.context import Context
 from tea_notebook.protocol.records import EnvironmentRecord
 from tea_notebook.protocol.registry import InvokeResult, Registry, not_found_result
+
+if TYPE_CHECKING:
+    from tea_notebook.workspace import Workspace
+
+
+class LiveEnvironment(Protocol):
+    """What ECP needs of a live environment class (``tea_notebook.envs.base.Environment`` is one).
+
+    ``record(name, description)`` is a classmethod giving the ECP record; ``scope`` is ``"run"``
+    (one session per run) or ``"workspace"``; ``cls(folder, context=None, **options)`` starts
+    nothing (it only checks the options); instances have async ``start``, ``stop`` and
+    ``call(action, args)``, and ``state()`` and ``kill()``.
+    """
+
+    scope: str
+
+    @classmethod
+    def record(cls, name: str | None = None, description: str | None = None) -> EnvironmentRecord: ...
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    async def call(self, action_name: str, args: dict[str, Any]) -> Any: ...
+
+    def state(self) -> str: ...
+
+    def kill(self) -> None: ...
+
+
+class SessionProvider(Protocol):
+    """What ECP needs of a session manager (``tea_notebook.envs.sessions.SessionManager`` is one):
+    run folders, a runtime per registered class, and stopping / listing live sessions."""
+
+    def folder(self, key: str) -> Path: ...
+
+    def runtime(self, name: str, cls: type, config: dict[str, Any]) -> Any: ...
+
+    async def run(self, runtime: Any, context: Context, work: Callable[[Any], Awaitable[Any]]) -> Any: ...
+
+    def release(self, key: str | None = None, environment: str | None = None) -> list[str]: ...
+
+    async def arelease(self, key: str | None = None, environment: str | None = None) -> list[str]: ...
+
+    def live(self) -> list[Any]: ...
+
+
+_CLASS_METHODS = ("start", "stop", "call", "state", "kill")
+
+
+def is_live_environment(obj: Any) -> bool:
+    """Whether ``obj`` is a class shaped like a :class:`LiveEnvironment` (checked by its members,
+    not by its base class, so ECP needs no import of the environments above it)."""
+    if not isinstance(obj, type):
+        return False
+    record = getattr(obj, "record", None)
+    if not (inspect.ismethod(record) and record.__self__ is obj):  # a classmethod, bound to the class
+        return False
+    if not isinstance(getattr(obj, "scope", None), str):
+        return False
+    return all(callable(getattr(obj, m, None)) for m in _CLASS_METHODS)
+
+
+def _load(path: str) -> Any:
+    """``"module:Class"`` → the object (a class named by configuration, imported when asked for)."""
+    module, sep, qual = path.partition(":")
+    if not sep or not module or not qual:
+        raise TypeError(f"an environment given by name must be 'module:Class', not {path!r}")
+    obj: Any = importlib.import_module(module)
+    for part in qual.split("."):
+        obj = getattr(obj, part)
+    return obj
 
 
 class EnvironmentRegistry(Registry[EnvironmentRecord]):
@@ -18,6 +92,10 @@ class EnvironmentRegistry(Registry[EnvironmentRecord]):
 
     A runtime that needs the caller's run context instead defines
     ``invoke_action(action, args, context)`` (sync or async), which is called for every action.
+
+    Live environments (``add``, ``ensure``) run in sessions kept by a session manager that the
+    layer above provides: ``manager_factory(workspace)`` makes it on first use, and ``builtins``
+    (name → class or ``"module:Class"``) are the environments ``ensure`` adds by name.
     """
 
     def _describe_extra(self, record: EnvironmentRecord) -> list[str]:
@@ -29,52 +107,62 @@ class EnvironmentRegistry(Registry[EnvironmentRecord]):
             out.append(f"  action {action.name}{cond}: {action.description}")
         return out
 
-    def runtime(self, name: str) -> Any:
-        """The object behind an environment in this process, or None."""
-        return self._runtimes.get(name)
+    def __init__(
+        self,
+        workspace: "Workspace",
+        record_type: type[EnvironmentRecord] = EnvironmentRecord,
+        *,
+        manager_factory: "Callable[[Workspace], SessionProvider] | None" = None,
+        builtins: Mapping[str, Any] | None = None,
+    ):
+        super().__init__(workspace, record_type)
+        self._manager_factory = manager_factory
+        self._manager: Any = None
+        self.builtins: dict[str, Any] = dict(builtins or {})
 
-    # -- live environments (tea_notebook.envs) ------------------------------------------
+    # -- live environments -----------------------------------------------------------------
     @property
-    def manager(self) -> Any:
-        """The session manager (ECP's environment context manager) of this workspace."""
+    def manager(self) -> "SessionProvider":
+        """The session manager (ECP's environment context manager) of this workspace, made on first
+        use by the ``manager_factory`` the layer above provides (the Workspace gives envs' one)."""
         if self._manager is None:
-            from tea_notebook.envs.sessions import SessionManager
-
-            self._manager = SessionManager(self.workspace)
+            if self._manager_factory is None:
+                raise RegistryError(
+                    "this environment registry has no session manager (it was made without a "
+                    "manager_factory), so live environments cannot run here; use a Workspace's ws.envs"
+                )
+            self._manager = self._manager_factory(self.workspace)
         return self._manager
-
-    _manager: Any = None
 
     def add(self, env: Any, *, name: str | None = None, description: str | None = None, **config: Any):
         """Register a live environment class (or ``"module:Class"``) with its options; one session
         per run is started on the first action and stopped when the run ends.
 
-        ``ws.envs.add(PythonSandbox, timeout=10, memory_mb=512)``
+        ``ws.envs.add(PythonSandbox, timeout=10, memory_mb=512)``. The class must look like a
+        :class:`LiveEnvironment` (``tea_notebook.envs.base.Environment`` subclasses do).
         """
-        from tea_notebook.envs.base import Environment
-        from tea_notebook.envs.sessions import EnvironmentRuntime, load_class
-
-        cls = load_class(env) if isinstance(env, str) else env
-        if not (isinstance(cls, type) and issubclass(cls, Environment)):
-            raise TypeError(f"ws.envs.add takes an Environment subclass, not {cls!r}")
+        cls = _load(env) if isinstance(env, str) else env
+        if not is_live_environment(cls):
+            raise TypeError(
+                f"ws.envs.add takes a live environment class (an Environment subclass: a record() "
+                f"classmethod, a scope, async start / stop / call), not {cls!r}"
+            )
         try:  # bad options fail here, before anything is registered (__init__ starts nothing)
             cls(self.manager.folder("check"), **config)
         except (TypeError, ValueError) as exc:
             raise type(exc)(f"{cls.__name__}: {exc}") from None
         record = cls.record(name, description)
         return self.register(
-            record, note="live environment", runtime=EnvironmentRuntime(self.manager, record.name, cls, config)
+            record, note="live environment", runtime=self.manager.runtime(record.name, cls, config)
         )
 
     def ensure(self, name: str) -> EnvironmentRecord:
         """The environment ``name``, adding a built-in one (python, files, browser, kernel) on first
         use and re-attaching a live runtime to a stored record in a new process."""
-        from tea_notebook.envs import BUILTIN
-
-        if name in self and (name in self._runtimes or name not in BUILTIN):
+        if name in self and (name in self._runtimes or name not in self.builtins):
             return self.get(name)
-        if name in BUILTIN:
-            return self.add(BUILTIN[name], name=name)
+        if name in self.builtins:
+            return self.add(self.builtins[name], name=name)
         return self.get(name)  # raises NotFoundError naming what exists
 
     def release(self, run: str | None = None, environment: str | None = None) -> list[str]:

@@ -29,6 +29,7 @@ from tea_notebook.errors import EmbeddingError, NotFoundError, RegistryError
 from tea_notebook.protocol.context import Context
 from tea_notebook.protocol.records import Record, UsageStats, content_hash
 from tea_notebook.protocol.retrieval import KeywordIndex, SearchHit, fuse
+from tea_notebook.protocol.schema import argument_problems, not_an_object, validation_error
 from tea_notebook.store.vectors import VectorIndex
 
 if TYPE_CHECKING:
@@ -86,28 +87,11 @@ class InvokeResult:
         return f"Error ({self.error['type']}): {self.error['message']}"
 
 
-def _schema_errors(validator: Draft202012Validator, args: dict[str, Any]) -> dict[str, Any] | None:
-    """The first schema violation as ``{type, field, expected, message}``, or None."""
-    errors = sorted(validator.iter_errors(args), key=lambda e: (len(e.absolute_path), e.message))
-    if not errors:
-        return None
-    err = errors[0]
-    path = ".".join(str(p) for p in err.absolute_path)
-    expected: Any = err.validator_value if err.validator in ("type", "enum", "const") else err.validator
-    if err.validator == "required":
-        missing = next((p for p in err.validator_value if p not in (err.instance or {})), "")
-        path = f"{path}.{missing}" if path else missing
-        expected = "a value (required)"
-    elif err.validator == "additionalProperties":
-        extra = sorted(set(err.instance) - set(err.schema.get("properties", {})))
-        path = f"{path}.{extra[0]}" if path and extra else (extra[0] if extra else path)
-        expected = "no such field"
-    return {
-        "type": "ValidationError",
-        "field": path or "(arguments)",
-        "expected": expected,
-        "message": f"argument {path or '(arguments)'!r}: {err.message}",
-    }
+def _schema_errors(validator: Draft202012Validator, args: Any) -> dict[str, Any] | None:
+    """Every schema violation of ``args`` as one structured ``ValidationError`` (see
+    :func:`~tea_notebook.protocol.schema.validation_error`), or None when the arguments are valid."""
+    problems = argument_problems(validator, args)
+    return validation_error(problems) if problems else None
 
 
 class Registry(Generic[R]):
@@ -346,6 +330,12 @@ class Registry(Generic[R]):
             raise NotFoundError(self._missing(name))
         self._db.set_head(self.kind, name, version)
         return self.get(name)
+
+    def runtime(self, name: str) -> Any:
+        """The object behind a record in this process (an environment's session dispatcher, an
+        agent's runner, a tool's function), or None."""
+        record = self.current(name)
+        return self._runtimes.get(self._runtime_key(record) if record is not None else name)
 
     def unregister(self, name: str) -> None:
         """Remove a record from the current set (its history is kept; register brings it back)."""
@@ -743,17 +733,7 @@ class Registry(Generic[R]):
         if args is None:
             args = {}
         if not isinstance(args, dict):
-            return InvokeResult(
-                label,
-                False,
-                error={
-                    "type": "ValidationError",
-                    "field": "(arguments)",
-                    "expected": "object",
-                    "message": f"arguments must be a JSON object, got {type(args).__name__}",
-                },
-                version=version,
-            )
+            return InvokeResult(label, False, error=validation_error([not_an_object(schema, args)]), version=version)
         if schema is not None:
             problem = _schema_errors(self._validator(schema), args)
             if problem is not None:

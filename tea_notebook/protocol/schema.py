@@ -8,6 +8,7 @@ dataclasses, ``Literal`` enums, ``Optional`` and lists come out as standard JSON
 from __future__ import annotations
 
 import inspect
+import json
 import re
 import typing
 from dataclasses import dataclass, field
@@ -229,3 +230,270 @@ def function_schema(fn: Callable[..., Any], name: str | None = None, description
         context_param=context_param,
         is_async=inspect.iscoroutinefunction(fn),
     )
+
+
+# -- explaining invalid arguments ----------------------------------------------------------------
+MAX_LISTED_PROBLEMS = 12
+"""At most this many problems are listed in one validation error (the rest are counted)."""
+MAX_COUNTED_PROBLEMS = 1000
+"""Schema errors are read up to this many (a huge hostile value is not explained item by item)."""
+MAX_MESSAGE = 3500
+"""Characters of a validation error's message, at most (whatever a model sends)."""
+
+_JSON_TYPES = {type(None): "null", bool: "boolean", int: "integer", float: "number", str: "string"}
+_PHRASES = {
+    "minimum": "a number ≥ {}",
+    "maximum": "a number ≤ {}",
+    "exclusiveMinimum": "a number > {}",
+    "exclusiveMaximum": "a number < {}",
+    "multipleOf": "a multiple of {}",
+    "minLength": "at least {} characters",
+    "maxLength": "at most {} characters",
+    "pattern": "a string matching the pattern {}",
+    "format": "a string in {} format",
+    "minItems": "at least {} items",
+    "maxItems": "at most {} items",
+    "uniqueItems": "items without duplicates",
+    "minProperties": "at least {} fields",
+    "maxProperties": "at most {} fields",
+}
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def json_type(value: Any) -> str:
+    """The JSON Schema type name of a Python value (``array``, ``object``, ``string`` …)."""
+    for kind, name in _JSON_TYPES.items():
+        if type(value) is kind:
+            return name
+    if isinstance(value, (list, tuple)):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return type(value).__name__
+
+
+def _short_json(value: Any, budget: int, depth: int = 0) -> str:
+    """JSON text of ``value``, built from at most a few items per level (the cost stays small for a
+    value of any size; the caller clips the text)."""
+    if isinstance(value, str):
+        return json.dumps(value[: budget + 1], ensure_ascii=False)
+    if isinstance(value, dict):
+        if depth > 3:
+            return "{…}"
+        first = list(value.items())[:6]
+        items = [f"{_short_json(str(k), budget)}: {_short_json(v, budget, depth + 1)}" for k, v in first]
+        return "{" + ", ".join(items) + (", …" if len(value) > 6 else "") + "}"
+    if isinstance(value, (list, tuple)):
+        if depth > 3:
+            return "[…]"
+        items = [_short_json(v, budget, depth + 1) for v in list(value[:6])]
+        return "[" + ", ".join(items) + (", …" if len(value) > 6 else "") + "]"
+    try:
+        return json.dumps(value, default=repr)
+    except (TypeError, ValueError):
+        return repr(value)[:budget]
+
+
+def describe_value(value: Any, limit: int = 48) -> str:
+    """A short description of a value a model sent: its JSON type and a clipped JSON rendering
+    (``string "one"``, ``array [1, 2]``, ``null``); bounded in size and cost whatever the value."""
+    if value is None:
+        return "null"
+    return f"{json_type(value)} {_clip(_short_json(value, limit), limit)}"
+
+
+def _field_path(parts: Any) -> str:
+    """``order.items[2].name``: keys joined by dots, array positions in brackets; odd or long keys
+    (a model chose them) quoted and clipped."""
+    out = ""
+    for part in parts:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif isinstance(part, str) and part.isidentifier() and len(part) <= 64:
+            out += f".{part}" if out else part
+        else:
+            out += f"[{_clip(json.dumps(str(part), ensure_ascii=False), 64)}]"
+    return out or "(arguments)"
+
+
+def _schema_label(schema: Any, root: dict[str, Any], depth: int = 0) -> str:
+    """What a (sub)schema accepts, in a few words: ``integer``, ``Order (object)``, ``one of "a", "b"``."""
+    if not isinstance(schema, dict) or depth > 4:
+        return "a value"
+    if "const" in schema:
+        return _clip(json.dumps(schema["const"], ensure_ascii=False, default=repr), 60)
+    if "enum" in schema:
+        values = (json.dumps(v, ensure_ascii=False, default=repr) for v in schema["enum"][:20])
+        return "one of " + _clip(", ".join(values), 120)
+    if "$ref" in schema:
+        ref = str(schema["$ref"])
+        name = ref.rsplit("/", 1)[-1]
+        target = root.get("$defs", {}).get(name) if ref.startswith("#/$defs/") else None
+        kind = target.get("type") if isinstance(target, dict) else None
+        return f"{name} ({kind})" if isinstance(kind, str) else name
+    for key in ("anyOf", "oneOf"):
+        if isinstance(schema.get(key), list):
+            return " or ".join(_schema_label(s, root, depth + 1) for s in schema[key])
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        return " or ".join(map(str, kind))
+    if kind == "array" and isinstance(schema.get("items"), dict):
+        return f"array of {_schema_label(schema['items'], root, depth + 1)}"
+    return str(kind) if isinstance(kind, str) else "a value"
+
+
+@dataclass
+class ArgumentProblem:
+    """One bad argument: where (``field``), what the schema wanted, what the model sent."""
+
+    field: str
+    expected: Any
+    got: str
+    message: str
+
+    def as_dict(self) -> dict[str, Any]:
+        """``{field, expected, got, message}``."""
+        return {"field": self.field, "expected": self.expected, "got": self.got, "message": self.message}
+
+
+def _fits_shape(errors: list[Any]) -> bool:
+    """Whether an ``anyOf`` branch matched the value's shape (its errors are all further inside)."""
+    return not any(e.validator in ("type", "enum", "const") and not e.path for e in errors)
+
+
+def _problems(error: Any, root: dict[str, Any]) -> list[tuple[list[Any], ArgumentProblem]]:
+    """Turn one jsonschema error into ``(path, problem)`` pairs a model should read (one per field
+    of a missing or unknown group, the inner errors of the one alternative that fits for ``anyOf``)."""
+    path = list(error.absolute_path)
+    where = _field_path(path)
+    kind = error.validator
+    if kind == "required":
+        instance = error.instance if isinstance(error.instance, dict) else {}
+        missing = [p for p in error.validator_value if p not in instance]
+        return [
+            (
+                [*path, name],
+                ArgumentProblem(
+                    _field_path([*path, name]),
+                    "a value (required)",
+                    "nothing",
+                    f"argument '{_field_path([*path, name])}': missing; it is required",
+                ),
+            )
+            for name in missing
+        ]
+    if kind == "additionalProperties":
+        instance = error.instance if isinstance(error.instance, dict) else {}
+        known = list(error.schema.get("properties", {}))
+        patterns = list(error.schema.get("patternProperties", {}))
+        extra = [k for k in instance if k not in known and not any(re.search(p, k) for p in patterns)]
+        allowed = _clip(", ".join(known[:12]) + (", …" if len(known) > 12 else ""), 160)
+        if path:
+            what = f"not a field of '{where}'"
+            hint = f"; its fields are: {allowed}" if known else "; it takes no fields"
+        else:
+            what = "not an argument of this tool"
+            hint = f"; the accepted arguments here are: {allowed}" if known else "; it takes no arguments"
+        return [
+            (
+                [*path, key],
+                ArgumentProblem(
+                    _field_path([*path, key]),
+                    "no such field",
+                    describe_value(instance[key]),
+                    f"argument '{_field_path([*path, key])}': {what}{hint}",
+                ),
+            )
+            for key in extra
+        ]
+    if kind in ("anyOf", "oneOf") and error.context:
+        branches: dict[Any, list[Any]] = {}
+        for sub in error.context:
+            branches.setdefault(sub.relative_schema_path[0], []).append(sub)
+        fitting = [errs for errs in branches.values() if _fits_shape(errs)]
+        if len(fitting) == 1 and len(branches) == len(error.validator_value):
+            return [p for sub in fitting[0] for p in _problems(sub, root)]
+    got = describe_value(error.instance)
+    if kind == "type":
+        expected: Any = error.validator_value
+        wanted = " or ".join(expected) if isinstance(expected, list) else str(expected)
+    elif kind == "enum":
+        expected = error.validator_value
+        wanted = _schema_label({"enum": expected}, root)
+    elif kind == "const":
+        expected = error.validator_value
+        wanted = _schema_label({"const": expected}, root)
+    elif kind in ("anyOf", "oneOf"):
+        wanted = expected = _schema_label({kind: error.validator_value}, root)
+        if kind == "oneOf" and not error.context:
+            wanted = expected = f"exactly one of: {expected} (it matches several)"
+    elif kind in _PHRASES:
+        value = json.dumps(error.validator_value, ensure_ascii=False, default=repr)
+        wanted = expected = _PHRASES[kind].format(_clip(value, 80))
+    elif kind is None:  # a ``false`` subschema: nothing is accepted here
+        wanted = expected = "no value (the schema forbids one here)"
+    else:
+        wanted = expected = f"{kind} {_clip(json.dumps(error.validator_value, default=repr), 80)}"
+    return [(path, ArgumentProblem(where, expected, got, f"argument '{where}': expected {wanted}, got {got}"))]
+
+
+def argument_problems(validator: Any, args: Any) -> list[ArgumentProblem]:
+    """Every way ``args`` breaks the schema of ``validator`` (a jsonschema validator), one problem
+    per bad field, grouped by top-level argument in schema order (unknown ones last); [] when valid."""
+    root = validator.schema if isinstance(validator.schema, dict) else {}
+    order = {name: i for i, name in enumerate(root.get("properties", {}))}
+    seen: set[tuple[str, str]] = set()
+    out: list[tuple[tuple[int, int], ArgumentProblem]] = []
+    for n, error in enumerate(validator.iter_errors(args)):
+        if n >= MAX_COUNTED_PROBLEMS:
+            break
+        for path, problem in _problems(error, root):
+            key = (problem.field, str(problem.expected))
+            if key in seen:
+                continue
+            seen.add(key)
+            head = order.get(path[0], len(order)) if path else -1
+            out.append(((head, len(path)), problem))
+    out.sort(key=lambda item: item[0])
+    return [p for _, p in out]
+
+
+def not_an_object(schema: dict[str, Any] | None, args: Any) -> ArgumentProblem:
+    """The problem of arguments that are not a JSON object at all (a list, a string, a number)."""
+    names = list((schema or {}).get("properties", {}))
+    listed = _clip(", ".join(names[:12]) + (", …" if len(names) > 12 else ""), 160)
+    shape = f" with the named arguments {listed}" if names else ""
+    got = describe_value(args)
+    return ArgumentProblem(
+        "(arguments)", "object", got, f"the arguments must be one JSON object{shape}; got {got}"
+    )
+
+
+def validation_error(problems: list[ArgumentProblem]) -> dict[str, Any]:
+    """The structured error of a call with bad arguments: ``type`` ``ValidationError``, every
+    problem in ``errors`` (``[{field, expected, got, message}]``), the first one's ``field``,
+    ``expected`` and ``got`` at the top (for a quick look), and a one-paragraph ``message``
+    listing them all so the model can fix every field in its next call."""
+    listed = problems[:MAX_LISTED_PROBLEMS]
+    first = problems[0]
+    if len(problems) == 1:
+        message = first.message
+    else:
+        parts = "; ".join(f"({i}) {p.message}" for i, p in enumerate(listed, 1))
+        more = len(problems) - len(listed)
+        at_least = "at least " if len(problems) >= MAX_COUNTED_PROBLEMS else ""
+        tail = f"; … and {at_least}{more} more" if more else ""
+        message = f"{len(problems)} problems with the arguments; fix all of them in the next call: {parts}{tail}."
+    message = _clip(message, MAX_MESSAGE)
+    return {
+        "type": "ValidationError",
+        "field": first.field,
+        "expected": first.expected,
+        "got": first.got,
+        "errors": [p.as_dict() for p in listed],
+        "count": len(problems),
+        "message": message,
+    }

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import asyncio
 import importlib
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -40,8 +41,25 @@ class ToolkitRegistry(Registry[ToolkitRecord]):
         return out
 
 
+TRUST_MODES = ("sandbox", "in_process")
+
+
+def trust_of(record: ToolRecord) -> str:
+    """Where a generated tool runs: ``"sandbox"`` (the default) or ``"in_process"`` (a person's opt-in)."""
+    return "in_process" if record.metadata.get("trust") == "in_process" else "sandbox"
+
+
 class ToolRegistry(Registry[ToolRecord]):
-    """The tool registry: Python functions, agents as tools (A2T) and environment actions (E2T)."""
+    """The tool registry: Python functions, agents as tools (A2T) and environment actions (E2T).
+
+    Two things come from the layers above (the workspace hands them over; TCP imports neither):
+    ``executor``, a function returning the object that runs generated tools out of process
+    (``await executor().call(record, args, context)``), and ``tool_maker``, a factory of the tool
+    manager behind :meth:`create`.
+    """
+
+    executor: Callable[[], Any] | None = None
+    tool_maker: Callable[..., Any] | None = None
 
     def create(
         self,
@@ -55,10 +73,25 @@ class ToolRegistry(Registry[ToolRecord]):
         """The tool manager: reuse a tool that covers ``request`` (a task, or a spec dict with
         ``tool_name``), else write one, validate it in a confined sandbox and register it.
         Returns a :class:`~tea_notebook.evolve.toolmaker.Creation`."""
-        from tea_notebook.evolve.toolmaker import ToolMaker
-
-        maker = ToolMaker(self.workspace, model=model, approval=approval, max_fixes=max_fixes)
+        if self.tool_maker is None:
+            raise RegistryError("this tool registry has no tool manager (it comes with a Workspace)")
+        maker = self.tool_maker(self.workspace, model=model, approval=approval, max_fixes=max_fixes)
         return maker.create(request, context=context)
+
+    def trust(self, name: str, mode: str = "in_process", *, by: str = "person", reason: str = "") -> ToolRecord:
+        """Choose where a generated tool runs: ``"sandbox"`` (the default: a sandbox session per run)
+        or ``"in_process"`` (in this kernel — a person's explicit opt-in for one tool, recorded with
+        who and why in its provenance). Registers a new version; roll back to undo."""
+        if mode not in TRUST_MODES:
+            raise ValueError(f"trust must be one of {', '.join(TRUST_MODES)}, not {mode!r}")
+        record = self.get(name)
+        if record.origin != "generated":
+            raise RegistryError(f"tool {name!r} is not a generated tool (origin {record.origin!r}): it has no sandbox")
+        provenance = dict(record.metadata.get("provenance") or {})
+        changes = [*provenance.get("trust_changes", []), {"trust": mode, "by": by, "reason": reason, "at": time.time()}]
+        provenance["trust_changes"] = changes
+        metadata = {**record.metadata, "trust": mode, "provenance": provenance}
+        return self.register(record.model_copy(update={"metadata": metadata}), note=f"trust {mode} ({by})")
 
     def _coerce(self, obj: Any) -> tuple[ToolRecord, Any]:
         if isinstance(obj, Tool):
@@ -183,8 +216,8 @@ class ToolRegistry(Registry[ToolRecord]):
         runtime = self._runtimes.get(self._runtime_key(record))
         if runtime is not None:
             return runtime
-        if record.origin == "generated":  # written by the tool manager; registered only after its tests passed
-            return self._from_source(record)
+        if record.origin == "generated":  # written by the tool manager: in this process only by opt-in
+            return self._from_source(record) if trust_of(record) == "in_process" else None
         if record.origin != "python":
             return None
         module, _, qualname = record.entrypoint.partition(":")
@@ -245,6 +278,14 @@ class ToolRegistry(Registry[ToolRecord]):
             env, _, action = target.partition(".")
             envs = self.workspace.envs
             return lambda args: envs.run_for_tool(env, action, args, context)
+        if record.origin == "generated" and trust_of(record) == "sandbox":
+            if self.executor is None:
+                raise RegistryError(
+                    f"generated tool {record.name!r} runs only in a sandbox, and this registry has none (open the "
+                    "workspace with tea_notebook.Workspace)"
+                )
+            executor = self.executor()
+            return lambda args: executor.call(record, args, context)
         runtime = self._load_runtime(record)
         if runtime is None or runtime.fn is None:
             reason = (

@@ -12,6 +12,7 @@ from typing import Any, Callable, Iterable
 from pydantic import BaseModel
 
 from tea_notebook.errors import SchemaError
+from tea_notebook.protocol.current import current_workspace
 from tea_notebook.protocol.records import Relation, ToolRecord
 from tea_notebook.protocol.schema import function_schema
 
@@ -132,8 +133,6 @@ def tool(fn: Callable[..., Any] | None = None, *, workspace: Any = None, **optio
 
     def build(f: Callable[..., Any]) -> Tool:
         built = make_tool(f, **options)
-        from tea_notebook.workspace import current_workspace
-
         target = workspace if workspace is not None else current_workspace(required=False)
         if target is not None:
             built.record = target.tools.register(built)

@@ -394,6 +394,15 @@ class _Run(RunLog):
         files = [str(Path(f).expanduser().resolve()) for f in args.get("files") or [] if isinstance(f, str)]
         return ToolCall(call.id, call.name, {**args, "task": task, "files": files}, call.raw_arguments)
 
+    def _not_an_object(self, call: ToolCall) -> str:
+        """The observation for a call whose arguments are not one JSON object (a list, a number,
+        text that is not JSON): what came, and the named arguments the tool takes."""
+        from tea_notebook.protocol.schema import not_an_object
+
+        record = self.ws.tools.current(call.name)
+        problem = not_an_object(record.parameters if record is not None else None, call.arguments)
+        return f"Error: arguments of {call.name} are not a JSON object: {problem.message}"
+
     async def _run_action(self, call: ToolCall, step: int) -> tuple[str, bool, str | None]:
         """Run one action; returns ``(observation, ok, error type)``."""
         if call.name in self.agent_tools and isinstance(call.arguments, dict):
@@ -401,11 +410,7 @@ class _Run(RunLog):
         self.emit("tool_call", {"id": call.id, "name": call.name, "arguments": call.arguments}, step)
         started = time.perf_counter()
         if not isinstance(call.arguments, dict):
-            obs, ok, err = (
-                f"Error: arguments of {call.name} are not a JSON object: {str(call.arguments)[:200]}",
-                False,
-                "ValidationError",
-            )
+            obs, ok, err = self._not_an_object(call), False, "ValidationError"
         elif call.name == "todo" and self.todo is not None:
             try:
                 obs, ok, err = self.todo.apply(**call.arguments), True, None

@@ -57,6 +57,12 @@ DONE_TOOL = {
 }
 
 
+VALIDATION_PREFIX = "Error (ValidationError):"
+"""How the observation of a call with bad arguments starts (``InvokeResult.to_observation``)."""
+VALIDATION_LIMIT = 4000
+"""Characters of a validation error shown in the history (others are clipped at ``limit``)."""
+
+
 @dataclass
 class StepRecord:
     """What one step did, as the history shows it to the model."""
@@ -78,8 +84,11 @@ class StepRecord:
         ]
         for tool, args, result in self.results:
             flat = " ".join(str(result).split())
-            if len(flat) > limit:
-                flat = flat[:limit] + f"… ({len(flat) - limit} more characters)"
+            # a validation error lists every bad argument (bounded by the registry): shown whole, so
+            # the model can fix all of them in one call instead of one field per step
+            cap = max(limit, VALIDATION_LIMIT) if flat.startswith(VALIDATION_PREFIX) else limit
+            if len(flat) > cap:
+                flat = flat[:cap] + f"… ({len(flat) - cap} more characters)"
             lines.append(f"[{tool}] {args} -> {flat}")
         lines.append(f"</step_{self.number}>")
         return "\n".join(lines)
