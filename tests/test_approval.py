@@ -12,6 +12,7 @@ import re
 from typing import Any
 
 import pytest
+from test_evolution_loop import EXPERT, GOOD, NEED, SPEC, TESTS
 
 from tea_notebook.evolve.llm import stage_of
 from tea_notebook.evolve.loop import Mem2Evolve, register_evolution_agents
@@ -19,63 +20,7 @@ from tea_notebook.models.offline import ScriptedModel, call, history_calls
 
 pytestmark = pytest.mark.usefixtures("warm_litellm")
 
-CODE = '''
-def count_vowels(text: str) -> int:
-    """Count the vowels in a text."""
-    if not isinstance(text, str):
-        raise ValueError("text must be a string")
-    return sum(1 for ch in text.lower() if ch in "aeiou")
-
-TOOL_CONFIG = {"name": "count_vowels", "description": "Count vowels.", "function": count_vowels,
-               "input_schema": {"type": "object", "properties": {"text": {"type": "string"}},
-                                "required": ["text"]},
-               "returns": {"type": "integer"}}
-'''
-TESTS = """from tea_check import raises
-from count_vowels import count_vowels
-
-
-def test_counts():
-    assert count_vowels("banana") == 3
-    assert count_vowels("sky") == 0
-
-
-def test_rejects_non_text():
-    with raises(ValueError):
-        count_vowels(3)
-"""
-NEED = {
-    "need_creation": True,
-    "required_capabilities": ["count_vowels"],
-    "matching_tools": [],
-    "missing_tools": [
-        {
-            "name": "count_vowels",
-            "description": "Does exactly this: counts the vowels in a text",
-            "reason": "Essential because: exact counting",
-            "example_input_output": 'Input: {"text": "banana"} -> Output: 3',
-        }
-    ],
-    "justification": "Counting must be exact.",
-}
-SPEC = {
-    "tool_name": "count_vowels",
-    "tool_description": "Count the vowels (a, e, i, o, u) in a word or text.",
-    "input_parameters": [{"name": "text", "type": "string", "description": "the text", "required": True}],
-    "output_format": {"type": "integer"},
-    "core_logic": ["Step 1: validate the text", "Step 2: count the vowels"],
-    "examples": [{"input": {"text": "banana"}, "output": 3}, {"input": {"text": "queue"}, "output": 4}],
-}
-EXPERT = {
-    "role": "Word Analysis Specialist",
-    "suggestions": [
-        "Count the letters and vowels of each word exactly with a tool.",
-        "Check the word spelling before counting any letters in it.",
-        "Report the count of letters or vowels as a plain number.",
-    ],
-    "tools": [],
-    "expertise": "Analyses words and counts their letters and vowels exactly.",
-}
+CODE = GOOD  # the scripted material of the evolution-loop tests
 TASK = "Count the vowels in the word 'banana'."
 
 
