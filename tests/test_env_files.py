@@ -1,16 +1,25 @@
 """The ``files`` environment: every action, confinement to the run folder (absolute paths, ``..``,
 symbolic links out of the folder, also for files that do not exist yet), size limits, search and
-replace edge cases, and the ECP path (``ws.envs.add`` / ``invoke``, session folders, agent runs)."""
+replace edge cases, and the ECP path (``ws.envs.add`` / ``invoke``, session folders, agent runs).
+
+The last part attacks it as a hostile model would (issue 10): a folder swapped for a link while
+actions run, named pipes and sockets, link loops, a catastrophic regular expression, and actions
+that block forever trying to starve the worker threads."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import shutil
+import socket
+import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
-from tea_notebook.envs.base import EnvironmentFailure
+from tea_notebook.envs.base import Environment, EnvironmentFailure, action
 from tea_notebook.envs.files import FileSystem
 
 
@@ -392,3 +401,257 @@ def test_agent_run_gets_its_own_run_folder(ws, warm_litellm):
     actions = [a for step in result.trajectory.steps for a in step.actions]
     assert [a["name"] for a in actions[:2]] == ["files_write", "files_read"]
     assert actions[1]["observation"] == "result.txt: lines 1-1 of 1\n42\n"
+
+
+# -- a hostile model: races, special files, runaway patterns, stuck actions (issue 10) -----------
+def quick(fn, *args, limit: float = 5.0, **kwargs):
+    """Run ``fn`` in a helper thread and fail the test (instead of hanging it) when it blocks."""
+    box: dict = {}
+
+    def run():
+        try:
+            box["value"] = fn(*args, **kwargs)
+        except BaseException as exc:  # noqa: BLE001 - handed back to the test
+            box["error"] = exc
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(limit)
+    assert not worker.is_alive(), f"{getattr(fn, '__name__', fn)}{args} still blocked after {limit} s"
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+def test_a_folder_swapped_for_a_link_mid_action_never_leads_out(fs, outside):
+    """Something else that can write in the run folder (code in the sandbox, say) keeps swapping
+    sub/ for a link to a folder outside, while the agent writes, appends, reads, lists and searches
+    under sub/: whatever interleaving happens, nothing is written, read or listed outside."""
+    root = fs.folder
+    sub, held = root / "sub", root / "held"
+    sub.mkdir()
+    (sub / "secret.txt").write_text("inside\n")
+    stop = threading.Event()
+    swaps = 0
+
+    def put_back() -> None:
+        # a write may have re-created sub/ while it was away: keep the held folder, drop the new one
+        try:
+            if sub.is_symlink():
+                sub.unlink()
+            elif sub.is_dir() and held.is_dir():
+                shutil.rmtree(sub)
+            if held.is_dir():
+                held.rename(sub)
+        except OSError:
+            pass
+
+    def swapper() -> None:
+        nonlocal swaps
+        while not stop.is_set():
+            try:
+                sub.rename(held)
+                sub.symlink_to(outside)
+                sub.unlink()
+                held.rename(sub)
+                swaps += 1
+            except OSError:
+                put_back()
+
+    # switch threads often, so the swaps fall between the steps of each action
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    attacker = threading.Thread(target=swapper, daemon=True)
+    attacker.start()
+    done = refused_count = 0
+    seen: list[str] = []
+    deadline = time.monotonic() + 10
+    try:
+        for i in range(1000):
+            if time.monotonic() > deadline:
+                break
+            for op in (
+                lambda i=i: fs.write(f"sub/w{i}.txt", "pwned\n"),
+                lambda: fs.append("sub/log.txt", "pwned\n"),
+                lambda: fs.read("sub/secret.txt"),
+                lambda: fs.list("sub"),
+                lambda: fs.search("needle", "sub"),
+                lambda: fs.replace("sub/secret.txt", "top", "bottom"),
+            ):
+                try:
+                    seen.append(str(op()))
+                    done += 1
+                except EnvironmentFailure:
+                    refused_count += 1
+    finally:
+        stop.set()
+        attacker.join(5)
+        sys.setswitchinterval(interval)
+    assert swaps > 20, f"the race never ran ({swaps} swaps)"
+    assert done > 100, f"too few actions went through to show anything ({done} done, {refused_count} refused)"
+    assert sorted(p.name for p in outside.iterdir()) == ["secret.txt"]
+    assert (outside / "secret.txt").read_text() == "top secret needle\n"
+    # outside's secret.txt holds "top secret needle\n" (18 B); sub's own holds "inside\n" (7 B)
+    leaks = [s for s in seen if "secret needle" in s or "secret.txt  (18 B)" in s]
+    assert leaks == [], leaks[:3]
+
+
+def test_special_files_are_refused_at_once_naming_what_they_are(fs, monkeypatch):
+    os.mkfifo(fs.folder / "pipe")
+    monkeypatch.chdir(fs.folder)  # a socket path must be short: bind it by its relative name
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind("sock")
+    fs.write("ok.txt", "fine\n")
+    try:
+        for call in (
+            lambda: fs.read("pipe"),
+            lambda: fs.write("pipe", "x"),
+            lambda: fs.append("pipe", "x"),
+            lambda: fs.replace("pipe", "a", "b"),
+        ):
+            with pytest.raises(EnvironmentFailure, match=r"'pipe' is a named pipe \(FIFO\), not a regular file"):
+                quick(call)
+        with pytest.raises(EnvironmentFailure, match=r"'sock' is a socket, not a regular file"):
+            quick(fs.read, "sock")
+        with pytest.raises(EnvironmentFailure, match=r"'sock' is a socket"):
+            quick(fs.write, "sock", "x")
+        # walking past them neither blocks nor reads them
+        assert quick(fs.search, "fine") == "ok.txt:1: fine"
+        listing = quick(fs.list).splitlines()
+        assert "pipe  (named pipe (FIFO), not readable)" in listing
+        assert "sock  (socket, not readable)" in listing
+    finally:
+        server.close()
+
+
+def test_twenty_fifo_reads_fail_fast_and_later_calls_still_run(ws):
+    ws.envs.add(FileSystem)
+    assert ws.envs.invoke("files", "write", {"path": "ok.txt", "content": "fine\n"}).ok
+    folder = ws.path / "sessions" / "interactive"
+    for i in range(20):
+        os.mkfifo(folder / f"p{i}")
+
+    @ws.tools.tool
+    def shout(text: str) -> str:
+        """Upper-case a text.
+
+        Args:
+            text: the text
+        """
+        return text.upper()
+
+    started = time.monotonic()
+    for i in range(20):
+        r = quick(ws.envs.invoke, "files", "read", {"path": f"p{i}"})
+        assert not r.ok and r.error["type"] == "EnvironmentFailure"
+        assert f"'p{i}' is a named pipe (FIFO)" in r.error["message"]
+    assert time.monotonic() - started < 5
+    assert quick(ws.envs.invoke, "files", "read", {"path": "ok.txt"}).value == "ok.txt: lines 1-1 of 1\nfine\n"
+    assert quick(ws.tools.invoke, "shout", {"text": "still here"}).value == "STILL HERE"
+
+
+class Stuck(Environment):
+    """An environment whose ``hang`` action blocks its thread until the test lets go."""
+
+    name = "stuck"
+    description = "Hangs."
+    rules = "Call hang."
+    release = threading.Event()
+
+    @action(timeout=0.2)
+    def hang(self) -> str:
+        """Block until released."""
+        Stuck.release.wait(60)
+        return "released"
+
+    @action
+    def ping(self) -> str:
+        """Answer at once."""
+        return "pong"
+
+
+def test_actions_stuck_past_their_timeout_cannot_starve_other_calls(ws):
+    """A dozen actions that never return (more than asyncio's default executor has threads) only
+    jam their own session: tools and other environments keep working, and calls of the jammed
+    session are refused with a reason instead of being queued to run later."""
+    ws.envs.add(Stuck)
+    ws.envs.add(FileSystem)
+
+    @ws.tools.tool
+    def shout(text: str) -> str:
+        """Upper-case a text.
+
+        Args:
+            text: the text
+        """
+        return text.upper()
+
+    Stuck.release.clear()
+    cap = Stuck.max_running_actions
+    try:
+        results = [quick(ws.envs.invoke, "stuck", "hang") for _ in range(cap + 4)]
+        assert all(not r.ok and r.error["type"] == "ActionTimeout" for r in results)
+        assert all("did not finish within 0.2 s" in r.error["message"] for r in results[:cap])
+        for r in results[cap:]:
+            assert "did not start within 0.2 s" in r.error["message"], r.error
+            assert f"all {cap} action threads of this session are held" in r.error["message"]
+        started = time.monotonic()
+        assert quick(ws.tools.invoke, "shout", {"text": "hi"}).value == "HI"
+        assert quick(ws.envs.invoke, "files", "write", {"path": "a.txt", "content": "x"}).ok
+        assert time.monotonic() - started < 5
+    finally:
+        Stuck.release.set()
+    # once the blocked actions end, the session has its threads back
+    deadline = time.monotonic() + 5
+    while (r := ws.envs.invoke("stuck", "ping")).value != "pong" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert r.value == "pong", r.error
+
+
+def test_a_catastrophic_regex_is_stopped_within_its_budget(fs):
+    fs.max_search_seconds = 1.0
+    fs.write("evil.txt", ("a" * 5000 + "b\n") * 3)
+    box: dict = {}
+
+    def search() -> None:
+        try:
+            fs.search("(a+)+$", regex=True)
+        except EnvironmentFailure as exc:
+            box["error"] = str(exc)
+
+    worker = threading.Thread(target=search, daemon=True)
+    started = time.monotonic()
+    worker.start()
+    ticks = 0  # the main thread must keep running meanwhile (the old matcher held the GIL)
+    while worker.is_alive() and time.monotonic() - started < 10:
+        time.sleep(0.01)
+        ticks += 1
+    elapsed = time.monotonic() - started
+    assert not worker.is_alive() and elapsed < 5, elapsed
+    budget = f"{fs.max_search_seconds:g} s"
+    assert "'(a+)+$'" in box["error"] and budget in box["error"], box
+    assert ticks >= 20
+
+
+def test_link_loops_and_files_used_as_folders_give_clear_errors(fs, outside):
+    (fs.folder / "loop1").symlink_to("loop2")
+    (fs.folder / "loop2").symlink_to("loop1")
+    fs.write("plain.txt", "x")
+    refused(fs.read, "loop1", match="'loop1' refused: too many levels of symbolic links")
+    refused(fs.write, "loop2/x.txt", "x", match="'loop2/x.txt' refused: too many levels")
+    refused(fs.write, "plain.txt/x.txt", "x", match="'plain.txt' is a file, not a folder")
+    # a relative link that climbs out with '..' and comes back in by another name stays refused
+    (fs.folder / "up").symlink_to(Path("..") / outside.name)
+    refused(fs.read, "up/secret.txt", match="'up/secret.txt' refused: it leads outside the run folder")
+    # an absolute link naming the run folder itself is followed, and stays inside
+    (fs.folder / "home").symlink_to(fs.folder)
+    assert fs.read("home/home/plain.txt").startswith("plain.txt: lines 1-1 of 1")
+    assert "home/  (link to .)" in fs.list()
+
+
+def test_bad_patterns_are_refused_naming_the_pattern(fs):
+    fs.write("a.txt", "abc\n")
+    message = refused(fs.search, "a(b", regex=True, match="invalid regular expression 'a(b'")
+    assert "missing )" in message
+    refused(fs.search, "x" * 5000, regex=True, match="longer than")
+    refused(fs.search, "x" * 5000, match="longer than")
