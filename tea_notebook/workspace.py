@@ -30,9 +30,9 @@ from tea_notebook.store.database import Database
 
 if TYPE_CHECKING:
     from tea_notebook.envs.tool_executor import GeneratedToolExecutor
-    from tea_notebook.evolve.toolmaker import ToolMaker
     from tea_notebook.evolve.agent_bank import AgentBank
     from tea_notebook.evolve.experience import ExperienceMemory
+    from tea_notebook.evolve.toolmaker import ToolMaker
     from tea_notebook.runtime.agent import Agent, RunResult
     from tea_notebook.runtime.events import EventLog
     from tea_notebook.runtime.memory import MemoryStore

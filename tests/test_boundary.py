@@ -617,9 +617,7 @@ def test_a_real_kernel_variable_cannot_be_changed_from_the_python_environment(bw
         reply = kc.execute_interactive(
             code,
             timeout=60,
-            output_hook=lambda msg: out.append(msg["content"].get("text", ""))
-            if msg["msg_type"] == "stream"
-            else None,
+            output_hook=lambda msg: out.append(msg["content"].get("text", "")) if msg["msg_type"] == "stream" else None,
         )
         assert reply["content"]["status"] == "ok", reply["content"]
         return "".join(out)
@@ -1380,10 +1378,7 @@ def test_fallback_restart_does_not_follow_a_symlink_the_sandbox_planted(fresh_bo
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", boundary.SandboxWarning)
-                plant = (
-                    "import os\nos.rename('.tmp', '.tmp-old')\n"
-                    f"os.symlink({str(victim)!r}, '.tmp')\nos.getuid()"
-                )
+                plant = f"import os\nos.rename('.tmp', '.tmp-old')\nos.symlink({str(victim)!r}, '.tmp')\nos.getuid()"
                 assert act(sb, "run_python", code=plant).startswith("value: 65534")
                 act(sb, "reset_session")  # a model may call it at will
                 act(sb, "run_python", code="1")

@@ -124,7 +124,7 @@ def test_import_time_ctypes_system_call_is_refused_and_reported(ws, tmp_path):
 
 # -- 5. forged reports and tests that check too little -------------------------------------------------
 FORGER = module(
-    'return 0  # wrong for every text with a vowel',
+    "return 0  # wrong for every text with a vowel",
     top=(
         "import builtins, json, sys\n"
         "FORGED = json.dumps({'import': {'ok': True}, 'modes': {'real': [['test_counts', True, '']]}, 'ok': True,"

@@ -498,7 +498,9 @@ class PythonSandbox(Environment):
             burst = self._over_quota() if answer is not None and answer.get("id") == rid else None
             if answer is not None and "disk" in answer:
                 self.kill()
-                result = ExecResult(error={"type": "DiskQuota", "message": self._quota_text(answer["disk"])}, limit="disk")
+                result = ExecResult(
+                    error={"type": "DiskQuota", "message": self._quota_text(answer["disk"])}, limit="disk"
+                )
                 result.notes.append(
                     f"Killed at the disk quota: {self._quota_text(answer['disk'])}; the session was restarted and "
                     "variables were lost. Delete files to go on."

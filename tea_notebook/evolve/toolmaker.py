@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import functools
 import hashlib
 import itertools
 import json
-import functools
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path

@@ -38,7 +38,11 @@ def encode(value, depth=0):
     if value is None or isinstance(value, (bool, int, str)):
         return value
     if isinstance(value, float):
-        return value if value == value and value not in (float("inf"), float("-inf")) else {ENCODED: "float", "v": repr(value)}
+        return (
+            value
+            if value == value and value not in (float("inf"), float("-inf"))
+            else {ENCODED: "float", "v": repr(value)}
+        )
     if isinstance(value, list):
         return [encode(v, depth + 1) for v in value]
     if isinstance(value, tuple):
@@ -113,7 +117,7 @@ def mutate(value):
 def _send(fd, payload):
     data = (json.dumps(payload) + "\n").encode()
     while data:
-        data = data[os.write(fd, data):]
+        data = data[os.write(fd, data) :]
 
 
 def tool_process(config, calls_in, answers_out):
@@ -134,8 +138,11 @@ def tool_process(config, calls_in, answers_out):
 
         module = importlib.import_module(config["module"])
         cfg = getattr(module, "TOOL_CONFIG", None)
-        public = [n for n, v in vars(module).items()
-                  if inspect.isfunction(v) and v.__module__ == module.__name__ and not n.startswith("_")]
+        public = [
+            n
+            for n, v in vars(module).items()
+            if inspect.isfunction(v) and v.__module__ == module.__name__ and not n.startswith("_")
+        ]
         info.update(public=public, has_config=isinstance(cfg, dict))
         fn = cfg.get("function") if isinstance(cfg, dict) else None
         if isinstance(cfg, dict):
@@ -212,7 +219,8 @@ class ToolProcess:
         os.close(answers_w)
         self.calls, self.answers, self.buffer, self.gone = calls_w, answers_r, b"", None
         self.info = self.read(float(config["import_timeout"])) or {
-            "ok": False, "error": "importing the module failed: %s" % (self.gone or "no report")
+            "ok": False,
+            "error": "importing the module failed: %s" % (self.gone or "no report"),
         }
         if "public" not in self.info and "error" not in self.info:  # the tool wrote onto its own pipe
             self.info = {"ok": False, "error": "the tool's process sent a malformed import report"}
@@ -343,8 +351,9 @@ def run(config):
         examples = [decode(e) for e in config["examples"]]
         names = [p[0] for p in info.get("parameters") or []]
         proxy = Proxy(tool, [e["input"] for e in examples], names)
-        function = make_function(proxy, info.get("function") or config["module"], info.get("parameters") or [],
-                                 info.get("doc") or "")
+        function = make_function(
+            proxy, info.get("function") or config["module"], info.get("parameters") or [], info.get("doc") or ""
+        )
         for ex in examples:
             try:
                 got = proxy(**ex["input"])
@@ -354,8 +363,13 @@ def run(config):
         fake = types.ModuleType(config["module"])
         fake.__dict__.update({k: decode(v) for k, v in (info.get("constants") or {}).items()})
         setattr(fake, info.get("function") or config["module"], function)
-        fake.TOOL_CONFIG = {"name": info.get("name"), "description": info.get("description"), "function": function,
-                            "input_schema": decode(info.get("input_schema")), "returns": decode(info.get("returns"))}
+        fake.TOOL_CONFIG = {
+            "name": info.get("name"),
+            "description": info.get("description"),
+            "function": function,
+            "input_schema": decode(info.get("input_schema")),
+            "returns": decode(info.get("returns")),
+        }
         modes = [("real", None)] + [("constant", c) for c in config["constants"]]
         if config.get("mutant"):
             modes.append(("mutant", None))

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 from typing import Any
 
+from tea_notebook._threads import SYNC_THREADS, run_sync_call
 from tea_notebook.errors import NotFoundError
 from tea_notebook.protocol.context import Context
 from tea_notebook.protocol.records import AgentRecord
@@ -103,7 +103,7 @@ class AgentRegistry(Registry[AgentRecord]):
                 kwargs["context"] = context  # nested runs hang under the caller's run
             if inspect.iscoroutinefunction(runner) or inspect.iscoroutinefunction(type(runner).__call__):
                 return runner(**kwargs)
-            return asyncio.to_thread(runner, **kwargs)
+            return run_sync_call(("agent", name), SYNC_THREADS, f"agent {name}", runner, **kwargs)
 
         return call
 

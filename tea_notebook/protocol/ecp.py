@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import importlib
 import inspect
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Protocol
 
+from tea_notebook._threads import SYNC_THREADS, run_sync_call
 from tea_notebook.errors import NotFoundError, RegistryError
 from tea_notebook.protocol.context import Context
 from tea_notebook.protocol.records import EnvironmentRecord
@@ -152,9 +152,7 @@ class EnvironmentRegistry(Registry[EnvironmentRecord]):
         except (TypeError, ValueError) as exc:
             raise type(exc)(f"{cls.__name__}: {exc}") from None
         record = cls.record(name, description)
-        return self.register(
-            record, note="live environment", runtime=self.manager.runtime(record.name, cls, config)
-        )
+        return self.register(record, note="live environment", runtime=self.manager.runtime(record.name, cls, config))
 
     def ensure(self, name: str) -> EnvironmentRecord:
         """The environment ``name``, adding a built-in one (python, files, browser, kernel) on first
@@ -222,13 +220,15 @@ class EnvironmentRegistry(Registry[EnvironmentRecord]):
             if dispatch is not None:
                 if inspect.iscoroutinefunction(dispatch):
                     return dispatch(action, args, context)
-                return asyncio.to_thread(dispatch, action, args, context)
+                return run_sync_call(
+                    ("environment", env), SYNC_THREADS, f"{env}.{action}", dispatch, action, args, context
+                )
             method = getattr(runtime, action, None) if runtime is not None else None
             if method is None:
                 raise RuntimeError(f"environment {env!r} has no runtime for action {action!r} in this process")
             if inspect.iscoroutinefunction(method):
                 return method(**args)
-            return asyncio.to_thread(method, **args)
+            return run_sync_call(("environment", env), SYNC_THREADS, f"{env}.{action}", method, **args)
 
         return rec, spec, call
 

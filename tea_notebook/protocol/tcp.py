@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import ast
-import asyncio
 import importlib
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+from tea_notebook._threads import SYNC_THREADS, run_sync_call
 from tea_notebook.errors import NotFoundError, RegistryError, SchemaError
 from tea_notebook.protocol.context import Context, ToolContext
 from tea_notebook.protocol.records import ToolkitRecord, ToolRecord
@@ -311,7 +311,7 @@ class ToolRegistry(Registry[ToolRecord]):
                 )
             if record.is_async:
                 return runtime.fn(**kwargs)
-            return asyncio.to_thread(runtime.fn, **kwargs)
+            return run_sync_call(("tool", record.name), SYNC_THREADS, f"tool {record.name}", runtime.fn, **kwargs)
 
         return call
 
