@@ -331,8 +331,8 @@ def bench_prompts(n: int) -> dict[str, Any]:
 
 def bench_breakdown() -> dict[str, Any]:
     """Our per-step pieces, each timed alone (median microseconds per call)."""
+    from tea_notebook.redaction import redact
     from tea_notebook.runtime.agent import _Run
-    from tea_notebook.runtime.events import redact
     from tea_notebook.runtime.prompts import StepRecord, build_messages
 
     def per_call(fn: Callable[[], Any], k: int = 300) -> float:

@@ -26,6 +26,7 @@ from pydantic import ValidationError
 
 from tea_notebook.errors import NotFoundError, TeaError
 from tea_notebook.protocol.records import ExperienceRecord
+from tea_notebook.redaction import redact
 
 if TYPE_CHECKING:
     from tea_notebook.protocol.registry import Registry, VersionInfo
@@ -50,6 +51,18 @@ _EDITABLE = frozenset(
         "category",
         "metadata",
     }
+)
+_REDACTED_FIELDS = (
+    "title",
+    "description",
+    "use_cases",
+    "body",
+    "source_run",
+    "outcome",
+    "agent_role",
+    "tool_name",
+    "category",
+    "metadata",
 )
 #: Usage-table kind holding reported outcomes (calls = outcomes reported, failures = failed runs).
 OUTCOME_KIND = "experience.outcome"
@@ -548,6 +561,9 @@ class ExperienceMemory:
         if run and run not in fields["source_runs"]:
             fields["source_runs"] = [*fields["source_runs"], run]
         fields.setdefault("name", "pending")
+        for key in _REDACTED_FIELDS:  # what is stored never holds a secret (checked types first)
+            if key in fields:
+                fields[key] = redact(fields[key])
         try:
             return ExperienceRecord(**fields)
         except ValidationError as exc:

@@ -21,7 +21,7 @@ from typing import Any
 
 from tea_notebook.models.client import display_name
 from tea_notebook.runtime.events import Event
-from tea_notebook.runtime.render import _CSS, _esc, header_html, step_html
+from tea_notebook.runtime.render import _CSS, _esc, _field, header_html, step_html
 from tea_notebook.runtime.trajectory import StepView
 
 _KERNEL_FILE = re.compile(r"^kernel-([0-9A-Fa-f]{8}(?:-[0-9A-Fa-f]{4}){3}-[0-9A-Fa-f]{12})\.json$")
@@ -166,9 +166,9 @@ class LiveView:
     def _run_html(self, run_id: str, depth: int = 0) -> str:
         run = self.runs[run_id]
         steps = [run.steps[k] for k in sorted(run.steps)]
-        out = [f"<div><span class='muted'>task:</span> {_esc(run.task)}</div>"] if depth == 0 else []
+        out = [f"<div><span class='muted'>task:</span> {_esc(_field(run.task))}</div>"] if depth == 0 else []
         if run.note and depth == 0:
-            out.append(f"<div class='muted'>{_esc(run.note)}</div>")
+            out.append(f"<div class='muted'>{_esc(_field(run.note))}</div>")
         out += [step_html(s) for s in steps]
         for child in run.children:
             c = self.runs[child]

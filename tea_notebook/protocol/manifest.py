@@ -20,6 +20,7 @@ from pydantic import ValidationError
 
 from tea_notebook.errors import ManifestError, TeaError
 from tea_notebook.protocol.records import ToolRecord
+from tea_notebook.redaction import redact
 
 if TYPE_CHECKING:
     from tea_notebook.protocol.tcp import ToolRegistry
@@ -31,11 +32,19 @@ _ENTRY_ONLY = {"id", "fingerprint", "code"}
 
 
 def export_manifest(tools: "ToolRegistry", path: str | Path | None = None) -> dict[str, Any]:
-    """Every current tool as a manifest dict; written atomically to ``path`` when given."""
+    """Every current tool as a manifest dict; written atomically to ``path`` when given.
+
+    Secrets are redacted by value (environment secrets, secret-shaped strings) before anything is
+    written, in the code too; the fingerprint is that of the code as exported. Key names are not
+    used here: a parameter schema names an ``api_key`` parameter without holding one.
+    """
     entries = []
     for rec in tools.list(_usage=False):
-        data = rec.content()
+        original = rec.content()
+        data = redact(original, keys=False)
         code = data.pop("source")
+        if code != original.get("source"):
+            log.warning("tool %s: secrets in its code were redacted in the exported manifest", rec.name)
         entries.append(
             {
                 "id": f"{rec.name}@{rec.version}",

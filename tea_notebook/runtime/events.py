@@ -2,24 +2,34 @@
 
 Trajectories, views, plots, replay and evaluation all read these events; nothing keeps a second
 copy of what happened. Subscribers (live views) are called for each event as it is written.
+
+Before an event is encoded its data is redacted (:func:`tea_notebook.redaction.redact`) and every
+text longer than :data:`~tea_notebook.store.blobs.FIELD_LIMIT` is clipped, its full text kept once
+in the store (:meth:`EventLog.full_text` gets it back).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
-import re
 import threading
 import time
-import uuid
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
+
+from tea_notebook.errors import NotFoundError
+from tea_notebook.redaction import redact
+from tea_notebook.store.blobs import blob_ref, build, clip_value, digest, json_leaves, plan
+from tea_notebook.store.database import new_id
 
 if TYPE_CHECKING:
     from tea_notebook.store.database import Database
 
 log = logging.getLogger(__name__)
+
+_RECENT_TEXTS = 16  # long texts remembered to find later texts made of them (see store.blobs.plan)
+_RECENT_CHARS = 64 * 1024 * 1024
 
 EVENT_TYPES = frozenset(
     {
@@ -37,41 +47,6 @@ EVENT_TYPES = frozenset(
         "run_finished",
     }
 )
-
-_SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?)$", re.I)
-_SECRET_SHAPES = re.compile(
-    r"\b(sk-[A-Za-z0-9_\-]{16,}|AKIA[0-9A-Z]{16}|gh[pousr]_[A-Za-z0-9]{20,}|xox[abp]-[A-Za-z0-9\-]{10,})\b"
-)
-
-
-class _Redactor:
-    """Replaces secrets in text: values of ``*_KEY`` / ``*_TOKEN`` / ``*_SECRET`` / ``*_PASSWORD``
-    environment variables and key-shaped strings. The environment is scanned at the start of every
-    run (:meth:`refresh`) and at most every two seconds otherwise, not per event."""
-
-    def __init__(self) -> None:
-        self._checked = 0.0
-        self._pattern: re.Pattern[str] | None = None
-        self._names: dict[str, str] = {}
-
-    def refresh(self) -> None:
-        """Rescan the environment for secret values now."""
-        self._names = {
-            value: name for name, value in os.environ.items() if len(value) >= 8 and _SECRET_NAME.search(name)
-        }
-        values = sorted(self._names, key=len, reverse=True)
-        self._pattern = re.compile("|".join(map(re.escape, values))) if values else None
-        self._checked = time.monotonic()
-
-    def __call__(self, text: str) -> str:
-        if time.monotonic() - self._checked > 2.0:
-            self.refresh()
-        if self._pattern is not None:
-            text = self._pattern.sub(lambda m: f"[{self._names[m.group(0)]} redacted]", text)
-        return _SECRET_SHAPES.sub("[secret redacted]", text)
-
-
-redact = _Redactor()
 
 
 @dataclass(frozen=True)
@@ -106,10 +81,12 @@ class EventLog:
         self._subscribers: list[tuple[str | None, Callable[[Event], None]]] = []
         self._lock = threading.Lock()
         self._pending: list[tuple] = []
+        self._pending_blobs: dict[str, str | tuple[int, list]] = {}
+        self._recent: OrderedDict[str, str] = OrderedDict()
 
     def new_id(self) -> str:
         """A fresh, sortable-enough unique id."""
-        return f"{int(time.time() * 1000):x}{uuid.uuid4().hex[:10]}"
+        return new_id()
 
     def emit(
         self,
@@ -121,13 +98,18 @@ class EventLog:
         step: int | None = None,
         flush: bool = False,
     ) -> Event:
-        """Record one event (secrets redacted) and notify subscribers; ``flush`` writes it now."""
+        """Record one event (secrets redacted, long texts clipped) and notify subscribers; ``flush``
+        writes it now."""
         if type_ not in EVENT_TYPES:
             raise ValueError(f"unknown event type {type_!r}")
-        payload = redact(json.dumps(data or {}, default=str))
-        event = Event(self.new_id(), run_id, type_, time.time(), json.loads(payload), parent_id, step)
+        blobs: dict[str, str] = {}
+        clean = clip_value(redact(data or {}), blobs)
+        payload = json.dumps(clean)
+        event = Event(self.new_id(), run_id, type_, time.time(), clean, parent_id, step)
         with self._lock:
             self._pending.append((event.id, run_id, parent_id, type_, step, event.time, payload))
+            for key, text in blobs.items():
+                self._keep(key, text)
         if flush or len(self._pending) >= 200:
             self.flush()
         for run_filter, callback in list(self._subscribers):
@@ -138,12 +120,34 @@ class EventLog:
                     log.warning("event subscriber failed: %s", exc)
         return event
 
+    def _keep(self, key: str, text: str, leaf: bool = False) -> None:
+        """Queue the full text of a clipped field: as a recipe over recent texts when it is made of
+        one of them (checked to rebuild exactly), else whole. Called with the lock held."""
+        if key in self._recent:
+            self._recent.move_to_end(key)
+            return
+        recipe = plan(text, self._recent)
+        if recipe is None and not leaf:
+            # a JSON document (tool arguments) whose long strings come from an earlier reply
+            leaves = json_leaves(text)
+            for inner in leaves:
+                self._keep(digest(inner), inner, leaf=True)
+            recipe = plan(text, self._recent) if leaves else None
+        if recipe is not None and build(recipe, self._recent.get) != text:
+            recipe = None
+        self._pending_blobs[key] = text if recipe is None else (len(text), recipe)
+        self._recent[key] = text
+        total = sum(map(len, self._recent.values()))
+        while len(self._recent) > _RECENT_TEXTS or (total > _RECENT_CHARS and len(self._recent) > 1):
+            total -= len(self._recent.popitem(last=False)[1])
+
     def flush(self) -> None:
         """Write pending events to the database (in order, also when threads flush at once)."""
         with self._lock:
             rows, self._pending = self._pending, []
-            if rows:
-                self._db.append_events(rows)
+            blobs, self._pending_blobs = self._pending_blobs, {}
+            if rows or blobs:
+                self._db.append_events(rows, blobs)
 
     def subscribe(self, callback: Callable[[Event], None], run_id: str | None = None) -> Callable[[], None]:
         """Call ``callback(event)`` for every new event (of one run tree, or all). Returns an unsubscribe."""
@@ -163,3 +167,15 @@ class EventLog:
         self.flush()
         ids = self._db.descendants(run_id) if nested else [run_id]
         return [Event.from_row(r) for r in self._db.events_of(ids)]
+
+    def full_text(self, text: str) -> str:
+        """The full text of a clipped field (pass the clipped text itself, or ``"sha256:…"`` from its
+        mark); a text that was not clipped comes back as it is."""
+        key = blob_ref(text)
+        if key is None:
+            return text
+        self.flush()
+        full = self._db.blob(key)
+        if full is None:
+            raise NotFoundError(f"no full text sha256:{key} in {self._db.path}")
+        return full

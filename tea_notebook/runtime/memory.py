@@ -7,7 +7,9 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from tea_notebook.models.client import is_offline
+from tea_notebook.redaction import redact
 from tea_notebook.runtime.prompts import StepRecord
+from tea_notebook.store.blobs import shorten
 
 if TYPE_CHECKING:
     from tea_notebook.protocol.registry import Registry
@@ -22,15 +24,22 @@ Steps:
 {steps}"""
 
 
+_GIST = 1000  # characters of one step in a model-free summary
+
+
 def extractive_summary(steps: list[StepRecord]) -> tuple[str, list[str]]:
-    """A model-free fold: each step's memory (or goal) and failed actions as insights."""
+    """A model-free fold: each step's memory (or goal) and failed actions as insights.
+
+    Texts are redacted before they are cut, so a cut never leaves half a secret behind."""
     parts, insights = [], []
     for s in steps:
-        gist = s.memory or s.next_goal or "; ".join(f"{t} -> {' '.join(str(r).split())[:80]}" for t, _, r in s.results)
+        results = [(tool, " ".join(redact(str(result)).split())) for tool, _, result in s.results]
+        gist = redact(s.memory or s.next_goal) or "; ".join(f"{t} -> {r[:80]}" for t, r in results)
+        gist = gist if len(gist) <= _GIST else gist[:_GIST] + "…"
         parts.append(f"step {s.number}: {gist}")
-        for tool, _, result in s.results:
-            if str(result).startswith("Error"):
-                insights.append(f"{tool} failed at step {s.number}: {' '.join(str(result).split())[:120]}")
+        for tool, result in results:
+            if result.startswith("Error"):
+                insights.append(f"{tool} failed at step {s.number}: {result[:120]}")
     return "; ".join(parts), insights[:3]
 
 
@@ -79,9 +88,11 @@ class MemoryStore:
         self.registry = registry
 
     def save(self, run_id: str, task: str, summary: str, insights: list[str]) -> None:
-        """Keep a fold of one run."""
+        """Keep a fold of one run: secrets redacted, each text cut to ``FIELD_LIMIT`` characters
+        (the run's ``memory_written`` event keeps the full text)."""
         from tea_notebook.protocol.records import MemoryRecord
 
+        task, summary, *insights = (shorten(text) for text in redact([task, summary, *insights]))
         start = sum(1 for n in self.registry.names() if n.startswith(f"mem_{run_id}_"))
         items = [("summary", summary)] + [("insight", i) for i in insights]
         self.registry.register_many(

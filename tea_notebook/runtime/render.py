@@ -4,7 +4,8 @@ MIME type), self-contained HTML (every model or tool string escaped) and text.
 They depend on nothing but the standard library, so a ``Trajectory`` or ``RunResult`` displays
 richly in any front end (JupyterLab, VS Code, nbconvert, GitHub) without the notebook layer.
 The payload holds no ids, times or durations: executed notebooks stay diffable; those go to the
-bundle's metadata.
+bundle's metadata. Every text is cut to :data:`FIELD_LIMIT` characters (observations to
+:data:`OBSERVATION_MAX`), keeping the mark that says where the full text of a clipped one is.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from __future__ import annotations
 import html
 import json
 from typing import TYPE_CHECKING, Any
+
+from tea_notebook.store.blobs import FIELD_LIMIT, blob_ref, shorten
 
 if TYPE_CHECKING:
     from tea_notebook.runtime.trajectory import StepView, Trajectory
@@ -45,19 +48,19 @@ _CSS = (
 def _step_payload(step: "StepView") -> dict[str, Any]:
     return {
         "number": step.number,
-        "thinking": step.thinking,
-        "evaluation": step.evaluation,
-        "memory": step.memory,
-        "next_goal": step.next_goal,
+        "thinking": _field(step.thinking),
+        "evaluation": _field(step.evaluation),
+        "memory": _field(step.memory),
+        "next_goal": _field(step.next_goal),
         "replayed": step.replayed,
-        "errors": list(step.errors),
+        "errors": [_field(e) for e in step.errors],
         "prompt_tokens": step.prompt_tokens,
         "completion_tokens": step.completion_tokens,
         "cost": step.cost,
         "actions": [
             {
                 "name": a.get("name"),
-                "arguments": a.get("arguments"),
+                "arguments": a.get("arguments") if _fits(a.get("arguments")) else _args_text(a.get("arguments")),
                 "ok": a.get("ok"),
                 "observation": _clip(str(a.get("observation", "")), OBSERVATION_MAX),
             }
@@ -73,10 +76,10 @@ def payload(traj: "Trajectory") -> dict[str, Any]:
     return {
         "version": 1,
         "agent": traj.agent,
-        "task": traj.task,
+        "task": _field(traj.task),
         "model": display_name(traj.model),
         "status": traj.status,
-        "answer": traj.answer,
+        "answer": _field(traj.answer),
         "prompt_tokens": traj.prompt_tokens,
         "completion_tokens": traj.completion_tokens,
         "cost": traj.cost,
@@ -86,7 +89,16 @@ def payload(traj: "Trajectory") -> dict[str, Any]:
 
 
 def _clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[:limit] + f"\n… ({len(text) - limit:,} more characters)"
+    return shorten(text, limit)
+
+
+def _field(value: Any) -> str:
+    """A text field as shown: at most ``FIELD_LIMIT`` characters."""
+    return shorten("" if value is None else str(value), FIELD_LIMIT)
+
+
+def _fits(args: Any) -> bool:
+    return len(json.dumps(args, ensure_ascii=False, default=str)) <= FIELD_LIMIT
 
 
 def _esc(value: Any) -> str:
@@ -114,8 +126,23 @@ def _args_text(args: Any) -> str:
         try:
             args = json.loads(args)
         except ValueError:
-            return args
-    return json.dumps(args, ensure_ascii=False, default=str)
+            return shorten(args)
+    text = json.dumps(args, ensure_ascii=False, default=str)
+    if len(text) <= FIELD_LIMIT:
+        return text
+    # cut as a whole; the marks of clipped values inside would be cut off, so they are named after
+    kept = [ref for ref in map(blob_ref, _strings(args)) if ref]
+    return shorten(text) + "".join(f"\n… full text: ws.events.full_text('sha256:{ref}')" for ref in kept[:8])
+
+
+def _strings(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _strings(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in _strings(v)]
+    return []
 
 
 def step_html(step: "StepView") -> str:
@@ -126,9 +153,9 @@ def step_html(step: "StepView") -> str:
     parts.append("</div>")
     for label, value in (("thinking", step.thinking), ("evaluation", step.evaluation), ("next goal", step.next_goal)):
         if value:
-            parts.append(f"<div><span class='muted'>{label}:</span> {_esc(value)}</div>")
+            parts.append(f"<div><span class='muted'>{label}:</span> {_esc(_field(value))}</div>")
     if step.memory:
-        parts.append(f"<div><span class='muted'>memory:</span> {_esc(step.memory)}</div>")
+        parts.append(f"<div><span class='muted'>memory:</span> {_esc(_field(step.memory))}</div>")
     for a in step.actions:
         if a.get("name") == "done" and str(a.get("observation", "")) == "finished":
             args = a.get("arguments")
@@ -142,7 +169,7 @@ def step_html(step: "StepView") -> str:
             f"{_observation_html(str(a.get('observation', '')))}</div>"
         )
     for err in step.errors:
-        parts.append(f"<div class='err'>{_esc(err)}</div>")
+        parts.append(f"<div class='err'>{_esc(_field(err))}</div>")
     parts.append("</div>")
     return "".join(parts)
 
@@ -170,7 +197,7 @@ def trajectory_html(traj: "Trajectory", nested: bool = False) -> str:
             traj.prompt_tokens + traj.completion_tokens,
             traj.cost,
         ),
-        f"<div><span class='muted'>task:</span> {_esc(traj.task)}</div>",
+        f"<div><span class='muted'>task:</span> {_esc(_field(traj.task))}</div>",
     ]
     body += [step_html(s) for s in traj.steps]
     for child in traj.children:
@@ -179,7 +206,7 @@ def trajectory_html(traj: "Trajectory", nested: bool = False) -> str:
             f"{len(child.steps)} steps</summary>{trajectory_html(child, nested=True)}</details>"
         )
     if traj.answer:
-        body.append(f"<div><span class='muted'>answer:</span><pre>{_esc(traj.answer)}</pre></div>")
+        body.append(f"<div><span class='muted'>answer:</span><pre>{_esc(_field(traj.answer))}</pre></div>")
     inner = "".join(body)
     return inner if nested else f"{_CSS}<div class='tea-t'>{inner}</div>"
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from tea_notebook.errors import TeaError
 from tea_notebook.models.client import ModelClient, ModelReply, display_name, resolve_model
 from tea_notebook.protocol.context import Context
+from tea_notebook.redaction import redact
 
 if TYPE_CHECKING:
     from tea_notebook.workspace import Workspace
@@ -53,15 +54,12 @@ class RunLog:
 
     def start(self, *, fork: tuple[str, int] | None = None, **started: Any) -> None:
         """Record the run and emit ``run_started`` (with ``started`` fields)."""
-        from tea_notebook.runtime.events import redact
-
-        redact.refresh()  # secrets set since the last run are known before the first event
-        self.ws.db.start_run(
+        self.ws.db.start_run(  # the store redacts and clips the task
             {
                 "id": self.run_id,
                 "parent_id": self.parent_run,
                 "agent": self.agent_name,
-                "task": redact(self.task),
+                "task": self.task,
                 "model": self.model,
                 "started": time.time(),
                 "forked_from": fork[0] if fork else None,
@@ -111,9 +109,7 @@ class RunLog:
                 "files": files or [],
             },
         )
-        from tea_notebook.runtime.events import redact
-
-        self.ws.db.finish_run(self.run_id, status, redact(answer or error or ""))
+        self.ws.db.finish_run(self.run_id, status, answer or error or "")  # redacted and clipped there
 
 
 class Process(RunLog):
@@ -177,7 +173,7 @@ class Process(RunLog):
             "evaluation": "",
             "memory": "",
             "next_goal": "",
-            "results": [[name, json.dumps(args or {}, ensure_ascii=False, default=str), shown]],
+            "results": [[name, json.dumps(redact(args or {}), ensure_ascii=False), shown]],
         }
         self.emit("step", data, self.steps)
         return self.steps

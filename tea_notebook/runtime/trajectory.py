@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from tea_notebook.errors import NotFoundError
 from tea_notebook.models.client import display_name
 from tea_notebook.runtime.events import Event
+from tea_notebook.store.blobs import shorten
 
 if TYPE_CHECKING:
     from tea_notebook.workspace import Workspace
@@ -169,21 +170,22 @@ class Trajectory:
         head = f"run {self.run_id} · " if ids else ""
         lines = [
             f"{indent}{head}{self.agent} · {display_name(self.model)} · {self.status}",
-            f"{indent}task: {self.task}",
+            f"{indent}task: {shorten(self.task)}",
         ]
         if self.forked_from:
             lines.append(f"{indent}forked from {self.forked_from}")
         for s in self.steps:
             tag = " (replayed)" if s.replayed else ""
-            lines.append(f"{indent}  step {s.number}{tag}: {s.next_goal or s.thinking or s.evaluation}".rstrip())
+            gist = shorten(s.next_goal or s.thinking or s.evaluation)
+            lines.append(f"{indent}  step {s.number}{tag}: {gist}".rstrip())
             for a in s.actions:
                 obs = " ".join(str(a.get("observation", "")).split())[:160]
                 lines.append(f"{indent}    {a['name']}({_args(a.get('arguments'))}) -> {obs}")
             for err in s.errors:
-                lines.append(f"{indent}    ! {err}")
+                lines.append(f"{indent}    ! {shorten(err)}")
         for child in self.children:
             lines.append(child.text(indent + "    ", ids))
-        lines.append(f"{indent}answer: {self.answer}")
+        lines.append(f"{indent}answer: {shorten(self.answer)}")
         lines.append(f"{indent}tokens {self.prompt_tokens}+{self.completion_tokens}, cost ${self.cost:.4f}")
         return "\n".join(lines)
 

@@ -1,14 +1,26 @@
-"""The workspace database: versioned records, change log, usage statistics and cached embeddings.
+"""The workspace database: versioned records, change log, usage statistics, cached embeddings,
+runs with their events, and the full texts of clipped fields (``blobs``).
 
 One SQLite file in WAL mode. Writers take ``BEGIN IMMEDIATE`` so two processes registering at
 the same time serialise instead of losing versions; readers never block.
+
+Opening checks the file before trusting it: only a missing ``tea.db`` makes a new workspace (built
+under a temporary name and linked into place whole, so no one ever sees it half made); an empty,
+foreign, newer or damaged file is refused with a :class:`WorkspaceError` naming it, and left as it
+is. Runs that a dead process left ``running`` are marked ``interrupted`` (see
+:meth:`Database.interrupt_orphaned_runs`).
 """
 
 from __future__ import annotations
 
+import functools
+import json
+import os
+import socket
 import sqlite3
 import threading
 import time
+import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +29,9 @@ from typing import Iterator
 import numpy as np
 
 from tea_notebook.errors import NotFoundError, WorkspaceError
+from tea_notebook.redaction import redact
+from tea_notebook.store.blobs import build, clip
+from tea_notebook.store.blobs import digest as text_digest
 
 FORMAT = "tea_notebook"
 SCHEMA_VERSION = 1
@@ -55,7 +70,14 @@ CREATE INDEX IF NOT EXISTS events_by_run ON events(run_id, seq);
 CREATE TABLE IF NOT EXISTS embeddings(
     embedder TEXT NOT NULL, text_hash TEXT NOT NULL, dim INTEGER NOT NULL, vector BLOB NOT NULL,
     PRIMARY KEY(embedder, text_hash));
+CREATE TABLE IF NOT EXISTS blobs(
+    digest TEXT PRIMARY KEY, size INTEGER NOT NULL, data BLOB, recipe TEXT);
 """
+# Columns added to ``runs`` after schema 1 was released. Adding them is compatible both ways (an
+# older reader ignores them), so it is a migration at open, not a new schema version: which
+# process runs a run, to tell a run whose process died from one that is still going.
+_RUN_OWNER_COLUMNS = (("owner_pid", "INTEGER"), ("owner_host", "TEXT"), ("owner_start", "TEXT"))
+_JOURNAL_SIZE_LIMIT = 4 * 1024 * 1024  # the WAL file shrinks back after a large write
 
 
 @dataclass(frozen=True)
@@ -88,6 +110,69 @@ _RUN_COLUMNS = (
 )
 
 
+_RUN_SELECT = ", ".join(_RUN_COLUMNS)
+
+
+@functools.lru_cache(maxsize=1)
+def _machine() -> tuple[str, str]:
+    """``(boot id, PID namespace)`` of this machine and process ("" where unknown)."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        boot = ""
+    try:
+        namespace = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        namespace = ""
+    return boot, namespace
+
+
+def _proc_stat(pid: int) -> tuple[str, str] | None:
+    """``(state, start time in clock ticks after boot)`` of a process, from ``/proc``; None when unseen."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return None
+    fields = raw[raw.rindex(b")") + 2 :].split()  # the command name may hold spaces and parentheses
+    return fields[0].decode(), fields[19].decode()
+
+
+def _this_process() -> tuple[str, str]:
+    """``(host name, start identity)`` of this process: boot id, PID namespace and start time, so a
+    later process that gets the same pid is not taken for this one."""
+    boot, namespace = _machine()
+    stat = _proc_stat(os.getpid())
+    return socket.gethostname(), f"{boot}|{namespace}|{stat[1] if stat else ''}"
+
+
+def _owner_gone(pid: int, host: str | None, start: str | None) -> str | None:
+    """Why the process that owns a run has certainly ended, or None (alive, or cannot be told)."""
+    if not pid or pid <= 0 or host != socket.gethostname():
+        return None  # another machine (or container): its processes cannot be seen from here
+    parts = (start or "").split("|")
+    boot, namespace, started = parts if len(parts) == 3 else ("", "", "")
+    my_boot, my_namespace = _machine()
+    if boot and my_boot and boot != my_boot:
+        return f"the machine restarted after pid {pid} on {host} started it"
+    if namespace != my_namespace:
+        return None
+    stat = _proc_stat(pid) if started else None
+    if stat is None:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return f"the process that ran it (pid {pid} on {host}) has ended"
+        except OSError:
+            pass  # it exists but is not ours to signal
+        return None  # a live pid whose start cannot be compared may be the owner
+    state, ticks = stat
+    if state in ("Z", "X"):
+        return f"the process that ran it (pid {pid} on {host}) has ended"
+    if ticks != started:
+        return f"the process that ran it (pid {pid} on {host}) has ended (the pid now belongs to another process)"
+    return None
+
+
 @dataclass(frozen=True)
 class Change:
     """One entry of the change log (register, rollback or unregister)."""
@@ -100,10 +185,79 @@ class Change:
     at: float
 
 
+def new_id() -> str:
+    """A fresh, sortable-enough unique id (of a run or an event)."""
+    return f"{int(time.time() * 1000):x}{uuid.uuid4().hex[:10]}"
+
+
+def _is_damage(exc: sqlite3.DatabaseError) -> bool:
+    """True for errors that mean the file itself is damaged (not a lock, not a constraint)."""
+    name = getattr(exc, "sqlite_errorname", "")
+    return name in ("SQLITE_CORRUPT", "SQLITE_NOTADB") or "malformed" in str(exc) or "not a database" in str(exc)
+
+
+def _damaged(path: Path, problem: object) -> WorkspaceError:
+    return WorkspaceError(
+        f"workspace database {path} is damaged ({problem}); it was left as it is: restore it from a "
+        "backup, or move it away to start a new workspace in this folder"
+    )
+
+
+def _init_schema(cur: sqlite3.Cursor) -> None:
+    """Create what is missing (tables, indexes, later columns) inside an open write transaction."""
+    for stmt in filter(str.strip, _SCHEMA.split(";")):
+        cur.execute(stmt)
+    have = {row[1] for row in cur.execute("PRAGMA table_info(runs)")}
+    for column, kind in _RUN_OWNER_COLUMNS:
+        if column not in have:
+            cur.execute(f"ALTER TABLE runs ADD COLUMN {column} {kind}")
+    cur.execute("CREATE INDEX IF NOT EXISTS runs_by_status ON runs(status)")
+    cur.execute("INSERT OR IGNORE INTO meta VALUES ('format', ?)", (FORMAT,))
+    cur.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+
+
+def _create(path: Path) -> None:
+    """Make a new database at ``path`` (which did not exist): built under a temporary name and
+    hard-linked into place, so another process never opens a half-made (empty) file. When another
+    process links its own first, that one is used."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.new")
+    try:
+        conn = sqlite3.connect(tmp, isolation_level=None)
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            cur = conn.cursor()
+            cur.execute("BEGIN IMMEDIATE")
+            _init_schema(cur)
+            cur.execute("COMMIT")
+        finally:
+            conn.close()
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass  # another process created it first
+        except OSError:  # a file system without hard links
+            if not path.exists():
+                os.replace(tmp, path)
+    except (OSError, sqlite3.Error) as exc:
+        raise WorkspaceError(f"cannot create workspace database {path}: {exc}") from None
+    finally:
+        for leftover in (tmp, Path(f"{tmp}-wal"), Path(f"{tmp}-shm")):
+            leftover.unlink(missing_ok=True)
+
+
 def _check_is_ours(path: Path) -> None:
-    """Refuse a file that is not a tea_notebook database, without writing to it."""
-    with open(path, "rb") as fh:
-        head = fh.read(16)
+    """Refuse a file that is not a sound tea_notebook database, without writing to it."""
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as fh:
+            head = fh.read(16)
+    except OSError as exc:
+        raise WorkspaceError(f"cannot read workspace database {path}: {exc.strerror or exc}") from None
+    if size == 0:
+        raise WorkspaceError(
+            f"{path} is empty (0 bytes), not a tea_notebook database; a new workspace is only made where "
+            "no tea.db exists: delete the empty file to start afresh"
+        )
     if head != _SQLITE_MAGIC:
         raise WorkspaceError(f"{path} is not a tea_notebook database (not an SQLite file)")
     try:
@@ -113,11 +267,22 @@ def _check_is_ours(path: Path) -> None:
             if not tables:
                 return  # a database another process is creating right now: ours to finish
             rows = dict(conn.execute("SELECT key, value FROM meta").fetchall())
-            conn.execute("SELECT count(*) FROM versions").fetchone()
+            problems = []
+            if rows.get("format") != FORMAT:
+                conn.execute("SELECT count(*) FROM versions").fetchone()
+            else:  # ours: anything wrong from here on is damage
+                try:
+                    conn.execute("SELECT count(*) FROM versions").fetchone()
+                    # reads every page once: tens of milliseconds for a 150 MB file
+                    problems = [r[0] for r in conn.execute("PRAGMA quick_check(3)") if r[0] != "ok"]
+                except sqlite3.DatabaseError as exc:
+                    problems = [str(exc)]
         finally:
             conn.close()
     except sqlite3.DatabaseError as exc:
         raise WorkspaceError(f"{path} is not a readable tea_notebook database ({exc})") from None
+    if problems:
+        raise _damaged(path, "; ".join(problems))
     if rows.get("format") != FORMAT:
         raise WorkspaceError(f"{path} is an SQLite database of another program, not tea_notebook")
     found = int(rows.get("schema_version", "0"))
@@ -132,40 +297,64 @@ class Database:
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
-        if self.path.exists() and self.path.stat().st_size > 0:
-            _check_is_ours(self.path)
+        if not self.path.exists() and not self.path.is_symlink():
+            _create(self.path)
+        _check_is_ours(self.path)
         self._lock = threading.RLock()
         try:
             self._conn = sqlite3.connect(self.path, timeout=60.0, isolation_level=None, check_same_thread=False)
             self._conn.execute("PRAGMA journal_mode=WAL")
             self._conn.execute("PRAGMA synchronous=NORMAL")
             self._conn.execute("PRAGMA busy_timeout=60000")
+            self._conn.execute(f"PRAGMA journal_size_limit={_JOURNAL_SIZE_LIMIT}")
             with self.transaction() as cur:
-                for stmt in filter(str.strip, _SCHEMA.split(";")):
-                    cur.execute(stmt)
-                cur.execute("INSERT OR IGNORE INTO meta VALUES ('format', ?)", (FORMAT,))
-                cur.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+                _init_schema(cur)
+        except WorkspaceError:
+            raise
         except sqlite3.DatabaseError as exc:
             raise WorkspaceError(f"cannot open workspace database {self.path}: {exc}") from None
+        self.interrupt_orphaned_runs()
 
     # -- plumbing -------------------------------------------------------------------------
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Cursor]:
-        """A write transaction that holds the database's write lock from its first statement."""
+        """A write transaction that holds the database's write lock from its first statement.
+
+        A damaged file shows as a :class:`WorkspaceError` naming it, not a bare sqlite3 error."""
         with self._lock:
             cur = self._conn.cursor()
-            cur.execute("BEGIN IMMEDIATE")
+            try:
+                cur.execute("BEGIN IMMEDIATE")
+            except sqlite3.DatabaseError as exc:
+                if _is_damage(exc):
+                    raise _damaged(self.path, exc) from None
+                raise
             try:
                 yield cur
-            except BaseException:
-                cur.execute("ROLLBACK")
+            except BaseException as exc:
+                try:
+                    cur.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass  # already rolled back by SQLite (a damaged page aborts the transaction)
+                if isinstance(exc, sqlite3.DatabaseError) and _is_damage(exc):
+                    raise _damaged(self.path, exc) from None
                 raise
             else:
-                cur.execute("COMMIT")
+                try:
+                    cur.execute("COMMIT")
+                except sqlite3.DatabaseError as exc:
+                    if _is_damage(exc):
+                        raise _damaged(self.path, exc) from None
+                    raise
 
     def _read(self, sql: str, args: tuple = ()) -> list[tuple]:
         with self._lock:
-            return self._conn.execute(sql, args).fetchall()
+            try:
+                return self._conn.execute(sql, args).fetchall()
+            except sqlite3.DatabaseError as exc:
+                if _is_damage(exc):
+                    raise _damaged(self.path, exc) from None
+                raise
 
     def close(self) -> None:
         """Close the connection (the file stays)."""
@@ -326,31 +515,45 @@ class Database:
 
     # -- runs and events ----------------------------------------------------------------
     def start_run(self, row: dict) -> None:
-        """Insert a run row (status 'running')."""
+        """Insert a run row (status 'running'), owned by this process; the task is redacted and clipped."""
+        task, blob = self._stored_text(row["task"])
+        host, start = _this_process()
         with self.transaction() as cur:
+            self._put_blobs(cur, blob)
             cur.execute(
-                "INSERT INTO runs(id, parent_id, agent, task, model, status, started, forked_from, fork_step) "
-                "VALUES (:id, :parent_id, :agent, :task, :model, 'running', :started, :forked_from, :fork_step)",
-                row,
+                "INSERT INTO runs(id, parent_id, agent, task, model, status, started, forked_from, fork_step, "
+                "owner_pid, owner_host, owner_start) VALUES (:id, :parent_id, :agent, :task, :model, 'running', "
+                ":started, :forked_from, :fork_step, :owner_pid, :owner_host, :owner_start)",
+                {**row, "task": task, "owner_pid": os.getpid(), "owner_host": host, "owner_start": start},
             )
 
     def finish_run(self, run_id: str, status: str, answer: str | None) -> None:
-        """Record how a run ended (the caller redacts secrets from ``answer``)."""
+        """Record how a run ended (``answer`` is redacted and clipped here)."""
+        text, blob = self._stored_text(answer) if answer is not None else (None, {})
         with self.transaction() as cur:
-            cur.execute("UPDATE runs SET status=?, answer=?, ended=? WHERE id=?", (status, answer, time.time(), run_id))
+            self._put_blobs(cur, blob)
+            cur.execute("UPDATE runs SET status=?, answer=?, ended=? WHERE id=?", (status, text, time.time(), run_id))
 
-    def append_events(self, rows: list[tuple]) -> None:
-        """Append events ``(id, run_id, parent_id, type, step, time, data)`` in one transaction."""
+    @staticmethod
+    def _stored_text(text: str) -> tuple[str, dict[str, str]]:
+        full = redact(str(text))
+        stored, key = clip(full)
+        return stored, ({key: full} if key else {})
+
+    def append_events(self, rows: list[tuple], blobs: "dict[str, str | tuple[int, list]] | None" = None) -> None:
+        """Append events ``(id, run_id, parent_id, type, step, time, data)`` and the full texts
+        their clipped fields point to, in one transaction."""
         with self.transaction() as cur:
+            self._put_blobs(cur, blobs or {})
             cur.executemany(
                 "INSERT INTO events(id, run_id, parent_id, type, step, time, data) VALUES (?,?,?,?,?,?,?)", rows
             )
 
     def run_row(self, run_id: str) -> dict | None:
         """One run's row as a dict (an unambiguous id prefix works too)."""
-        rows = self._read("SELECT * FROM runs WHERE id=?", (run_id,))
+        rows = self._read(f"SELECT {_RUN_SELECT} FROM runs WHERE id=?", (run_id,))
         if not rows:
-            rows = self._read("SELECT * FROM runs WHERE id LIKE ? LIMIT 2", (run_id + "%",))
+            rows = self._read(f"SELECT {_RUN_SELECT} FROM runs WHERE id LIKE ? LIMIT 2", (run_id + "%",))
             if len(rows) != 1:
                 return None
         return dict(zip(_RUN_COLUMNS, rows[0]))
@@ -358,12 +561,86 @@ class Database:
     def runs(self, limit: int = 50, parent_id: str | None = "") -> list[dict]:
         """Newest runs first; by default top-level runs only (``parent_id=None`` for all)."""
         if parent_id is None:
-            rows = self._read("SELECT * FROM runs ORDER BY started DESC LIMIT ?", (limit,))
+            rows = self._read(f"SELECT {_RUN_SELECT} FROM runs ORDER BY started DESC LIMIT ?", (limit,))
         elif parent_id == "":
-            rows = self._read("SELECT * FROM runs WHERE parent_id IS NULL ORDER BY started DESC LIMIT ?", (limit,))
+            rows = self._read(
+                f"SELECT {_RUN_SELECT} FROM runs WHERE parent_id IS NULL ORDER BY started DESC LIMIT ?", (limit,)
+            )
         else:
-            rows = self._read("SELECT * FROM runs WHERE parent_id=? ORDER BY started", (parent_id,))
+            rows = self._read(f"SELECT {_RUN_SELECT} FROM runs WHERE parent_id=? ORDER BY started", (parent_id,))
         return [dict(zip(_RUN_COLUMNS, r)) for r in rows]
+
+    def run_owner(self, run_id: str) -> tuple[int | None, str | None, str | None]:
+        """``(pid, host, start identity)`` of the process that ran a run (None for runs recorded
+        before owners were)."""
+        rows = self._read("SELECT owner_pid, owner_host, owner_start FROM runs WHERE id=?", (run_id,))
+        if not rows:
+            raise NotFoundError(f"no run {run_id!r} in {self.path}")
+        return rows[0]
+
+    def interrupt_orphaned_runs(self) -> list[str]:
+        """Mark ``interrupted`` the runs left ``running`` by a process that has ended (killed,
+        crashed, its machine restarted), with the reason as the run's answer and a ``run_finished``
+        event. Runs of live processes, of other hosts or other PID namespaces (whose processes
+        cannot be seen from here) and runs recorded without an owner are left alone. Returns the
+        ids of the runs marked. Called on every open."""
+        rows = self._read(
+            "SELECT id, parent_id, agent, owner_pid, owner_host, owner_start FROM runs "
+            "WHERE status='running' AND owner_pid IS NOT NULL"
+        )
+        dead = []
+        for run_id, parent_id, agent, pid, host, start in rows:
+            why = _owner_gone(pid, host, start)
+            if why is not None:
+                dead.append((run_id, parent_id, agent, why))
+        if not dead:
+            return []
+        marked = []
+        now = time.time()
+        with self.transaction() as cur:
+            for run_id, parent_id, agent, why in dead:
+                reason = f"interrupted: {why}; found when pid {os.getpid()} opened the workspace"
+                changed = cur.execute(
+                    "UPDATE runs SET status='interrupted', answer=?, ended=? WHERE id=? AND status='running'",
+                    (reason, now, run_id),
+                ).rowcount
+                if not changed:
+                    continue  # another process got there first
+                steps = cur.execute(
+                    "SELECT coalesce(max(step), 0) FROM events WHERE run_id=? AND type='step'", (run_id,)
+                ).fetchone()[0]
+                usage = cur.execute(
+                    "SELECT coalesce(sum(json_extract(data, '$.prompt_tokens')), 0), "
+                    "coalesce(sum(json_extract(data, '$.completion_tokens')), 0), "
+                    "coalesce(sum(json_extract(data, '$.cost')), 0.0) FROM events "
+                    "WHERE type='model_response' AND run_id=?",
+                    (run_id,),
+                ).fetchone()
+                root = run_id
+                for _ in range(1000):
+                    up = cur.execute("SELECT parent_id FROM runs WHERE id=?", (root,)).fetchone()
+                    if not up or not up[0]:
+                        break
+                    root = up[0]
+                data = {
+                    "root_run": root,
+                    "agent": agent,
+                    "status": "interrupted",
+                    "answer": "",
+                    "error": reason,
+                    "steps": steps,
+                    "prompt_tokens": int(usage[0]),
+                    "completion_tokens": int(usage[1]),
+                    "cost": float(usage[2]),
+                    "files": [],
+                    "recovered": True,
+                }
+                cur.execute(
+                    "INSERT INTO events(id, run_id, parent_id, type, step, time, data) VALUES (?,?,?,?,?,?,?)",
+                    (new_id(), run_id, parent_id, "run_finished", None, now, json.dumps(data)),
+                )
+                marked.append(run_id)
+        return marked
 
     def events_of(self, run_ids: list[str]) -> list[tuple]:
         """Events of some runs in order: ``(seq, id, run_id, parent_id, type, step, time, data)``."""
@@ -405,6 +682,42 @@ class Database:
             frontier = [r[0] for r in self._read(f"SELECT id FROM runs WHERE parent_id IN ({marks})", tuple(frontier))]
             out += frontier
         return out
+
+    # -- blobs --------------------------------------------------------------------------
+    @staticmethod
+    def _put_blobs(cur: sqlite3.Cursor, blobs: "dict[str, str | tuple[int, list]]") -> None:
+        rows = []
+        for key, kept in blobs.items():
+            if isinstance(kept, str):
+                rows.append((key, len(kept), kept.encode("utf-8", "surrogatepass"), None))
+            else:
+                size, recipe = kept
+                rows.append((key, size, None, json.dumps(recipe)))
+        cur.executemany("INSERT OR IGNORE INTO blobs(digest, size, data, recipe) VALUES (?,?,?,?)", rows)
+
+    def put_blobs(self, blobs: "dict[str, str | tuple[int, list]]") -> None:
+        """Keep full texts by their sha256: ``digest -> text``, or ``digest -> (length, recipe)``
+        for a text made of kept ones (see :mod:`tea_notebook.store.blobs`). A kept digest costs nothing."""
+        if blobs:
+            with self.transaction() as cur:
+                self._put_blobs(cur, blobs)
+
+    def blob(self, digest: str, _depth: int = 0) -> str | None:
+        """The full text kept under a sha256 digest, or None; a text that does not match its digest
+        (a damaged or edited file) raises WorkspaceError."""
+        rows = self._read("SELECT data, recipe FROM blobs WHERE digest=?", (digest,))
+        if not rows:
+            return None
+        data, recipe = rows[0]
+        if data is not None:
+            text = bytes(data).decode("utf-8", "surrogatepass")
+        elif _depth < 16:
+            text = build(json.loads(recipe), lambda key: self.blob(key, _depth + 1))
+        else:
+            text = None
+        if text is None or text_digest(text) != digest:
+            raise _damaged(self.path, f"the kept text sha256:{digest} cannot be rebuilt to match its digest")
+        return text
 
     # -- embeddings ---------------------------------------------------------------------
     def get_vectors(self, embedder: str, text_hashes: list[str]) -> dict[str, np.ndarray]:

@@ -1,0 +1,214 @@
+"""The one redaction of secrets, applied to every record tea_notebook stores or exports.
+
+:func:`redact` walks a Python value (dicts, lists, strings, anything else as its ``str``) and
+returns a copy that is safe to encode and store:
+
+- **by value**: the values of secret-named environment variables (``*_KEY``, ``*_TOKEN``,
+  ``*_SECRET``, ``*_PASSWORD`` …, at least 8 characters), also in the escaped forms they take
+  inside JSON, Python reprs, URLs and HTML; and secret-shaped strings (provider API keys, GitHub
+  and Slack tokens, JWTs, private key blocks, ``Bearer …`` credentials, passwords in URLs);
+- **by key name**: the value of a mapping key with a secret-like name (``password``, ``api_key``,
+  ``token``, ``secret``, ``authorization``, ``*_key`` …, any case) is replaced whatever it is, and
+  so is ``name: value`` / ``name=value`` text with such a name (JSON or dict text inside a string,
+  query strings, config lines).
+
+Redact first, encode after: comparing a raw secret with JSON-escaped text misses any secret that
+contains a quote or a backslash. The environment is re-read on every call (a secret exported a
+moment ago is already known). This module imports nothing from the package, so every floor
+(store, protocol, runtime …) can use it.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import re
+import threading
+from typing import Any, Mapping
+from urllib.parse import quote, quote_plus
+
+__all__ = ["REDACTED", "is_secret_name", "redact"]
+
+#: What replaces the value of a secret-named key, or a ``name=value`` value.
+REDACTED = "[redacted]"
+_SHAPE_LABEL = "[secret redacted]"
+_MIN_LENGTH = 8  # shorter environment values would redact ordinary words
+_MAX_DEPTH = 64
+
+_ENV_SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|CREDENTIALS?)$", re.I)
+_SECRET_KEY = re.compile(
+    r"^(?:.*_)?(?:passwords?|passwd|passphrase|secrets?|token|auth|authorization|credentials?|cookie|apikey)$"
+    r"|^.+_key$"
+)
+_SECRET_SHAPES = re.compile(
+    r"\b(?:sk-[A-Za-z0-9_\-]{16,}|sk_(?:live|test)_[A-Za-z0-9]{16,}|AKIA[0-9A-Z]{16}"
+    r"|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|xox[abprs]-[A-Za-z0-9\-]{10,}"
+    r"|AIza[0-9A-Za-z_\-]{35}|hf_[A-Za-z0-9]{30,}"
+    r"|eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,})"
+    r"|-----BEGIN [A-Z ]*PRIVATE KEY-----.*?(?:-----END [A-Z ]*PRIVATE KEY-----|\Z)",
+    re.S,
+)
+_AUTH_SCHEME = re.compile(r"\b(Bearer|Basic)([ \t]+)([A-Za-z0-9._~+/\-]{8,}=*)", re.I)
+_URL_PASSWORD = re.compile(r"(\b[a-z][a-z0-9+.\-]{0,31}://[^/\s:@'\"]{1,256}:)[^/\s@'\"]{1,256}(@)", re.I)
+# ``name: value`` / ``name=value`` in text: a quoted name (JSON, dict reprs) anywhere,
+# ``name=value`` anywhere (query strings, keyword arguments, env files), ``name: value`` only at the
+# start of a line (YAML, HTTP headers), so that prose ("the secret: …") and annotations
+# ("password: str") stay as they are. A match is the name and separator only; the value is read
+# after it for secret names alone, so the rest is scanned for further names ("url=https://h/?token=…").
+_VALUE = re.compile(
+    r"""(?P<value>"(?:[^"\\\n]|\\.)*+"|'(?:[^'\\\n]|\\.)*+'"""
+    r"""|(?!(?:str|int|float|bool|bytes|None|null|true|false|True|False|Any|Optional)\b)"""
+    r"""[^\s,;&'"(){}\[\]<>=][^\s,;&'"(){}\[\]<>]*+)"""
+)
+# a name worth asking is_secret_name about contains one of these words
+_CANDIDATE = r"(?=[\w\-]{0,60}?(?i:pass|secret|token|auth|cred|cookie|key))"
+_KEY_VALUE = (
+    re.compile(
+        rf"""(?<![\w\-])(?P<q>["'])(?P<name>{_CANDIDATE}[A-Za-z][\w\-]{{0,63}}+)(?P=q)(?P<sep>[ \t]*+[:=][ \t]*+)"""
+    ),
+    re.compile(rf"""(?<![\w\-"'])(?P<q>)(?P<name>{_CANDIDATE}[A-Za-z][\w\-]{{0,63}}+)(?P<sep>[ \t]*+=[ \t]*+)"""),
+    re.compile(rf"""(?m)^[ \t\-]*+(?P<q>)(?P<name>{_CANDIDATE}[A-Za-z][\w\-]{{0,63}}+)(?P<sep>:[ \t]*+)"""),
+)
+# substrings without which a secret shape cannot occur (a cheap test before the regex)
+_SHAPE_HINTS = (
+    "sk-",
+    "sk_",
+    "AKIA",
+    "ghp_",
+    "gho_",
+    "ghu_",
+    "ghs_",
+    "ghr_",
+    "github_pat_",
+    "xox",
+    "AIza",
+    "hf_",
+    "eyJ",
+    "PRIVATE KEY",
+)
+
+
+def is_secret_name(name: str) -> bool:
+    """True for a key whose value is a secret: ``password``, ``passwd``, ``secret``, ``token``,
+    ``api_key``, ``authorization``, ``credentials``, ``cookie``, any ``*_key`` (``apiKey``,
+    ``X-Api-Key`` and ``OPENAI_API_KEY`` too). Counts such as ``prompt_tokens`` are not secrets."""
+    snake = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name)
+    snake = re.sub(r"[\s\-.]+", "_", snake).lower().strip("_")
+    return bool(_SECRET_KEY.match(snake))
+
+
+def _forms(value: str) -> set[str]:
+    """The ways a secret's text shows up once something has encoded it."""
+    escaped = json.dumps(value)[1:-1]
+    return {
+        value,
+        escaped,
+        json.dumps(value, ensure_ascii=False)[1:-1],
+        json.dumps(escaped)[1:-1],
+        repr(value)[1:-1],
+        quote(value, safe=""),
+        quote_plus(value),
+        html.escape(value, quote=True),
+    }
+
+
+class _Known:
+    """Secret values from the environment, as one compiled pattern rebuilt when they change."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._seen: tuple[tuple[str, str], ...] | None = None
+        self._pattern: re.Pattern[str] | None = None
+        self._labels: dict[str, str] = {}
+
+    def pattern(self) -> tuple[re.Pattern[str] | None, dict[str, str]]:
+        found = tuple(
+            sorted((n, v) for n, v in os.environ.items() if len(v) >= _MIN_LENGTH and _ENV_SECRET_NAME.search(n))
+        )
+        with self._lock:
+            if found != self._seen:
+                labels: dict[str, str] = {}
+                for name, value in found:
+                    for form in _forms(value):
+                        labels.setdefault(form, f"[{name} redacted]")
+                forms = sorted(labels, key=len, reverse=True)
+                self._pattern = re.compile("|".join(map(re.escape, forms))) if forms else None
+                self._labels, self._seen = labels, found
+            return self._pattern, self._labels
+
+
+_known = _Known()
+
+
+def _key_values(text: str, pattern: re.Pattern[str]) -> str:
+    out: list[str] = []
+    done = 0
+    for match in pattern.finditer(text):
+        if match.start() < done or not is_secret_name(match.group("name")):
+            continue
+        found = _VALUE.match(text, match.end())
+        if found is None:
+            continue
+        value = found.group(0)
+        quote_char = value[0] if value[0] in "\"'" else ('"' if match.group("q") == '"' else "")
+        out += [text[done : match.end()], quote_char, REDACTED, quote_char]
+        done = found.end()
+    return "".join(out) + text[done:] if out else text
+
+
+def _credential(match: re.Match[str]) -> str:
+    cred = match.group(3)
+    # a token has digits, symbols or inner capitals; "Basic authentication" is prose
+    if any(c.isdigit() or c in "._~+/-=" for c in cred) or any(c.isupper() for c in cred[1:]):
+        return f"{match.group(1)}{match.group(2)}{_SHAPE_LABEL}"
+    return match.group(0)
+
+
+def _text(text: str, known: re.Pattern[str] | None, labels: dict[str, str], keys: bool) -> str:
+    if known is not None:
+        text = known.sub(lambda m: labels[m.group(0)], text)
+    if any(hint in text for hint in _SHAPE_HINTS):
+        text = _SECRET_SHAPES.sub(_SHAPE_LABEL, text)
+    if "earer" in text or "EARER" in text or "asic" in text or "ASIC" in text:
+        text = _AUTH_SCHEME.sub(_credential, text)
+    if "://" in text:
+        text = _URL_PASSWORD.sub(lambda m: f"{m.group(1)}{REDACTED}{m.group(2)}", text)
+    if keys and ("=" in text or ":" in text):
+        for pattern in _KEY_VALUE:
+            text = _key_values(text, pattern)
+    return text
+
+
+def _walk(value: Any, known: re.Pattern[str] | None, labels: dict[str, str], keys: bool, depth: int) -> Any:
+    if isinstance(value, str):
+        return _text(value, known, labels, keys)
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    if depth >= _MAX_DEPTH:
+        return "[nested too deep]"
+    if isinstance(value, Mapping):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            name = _text(key if isinstance(key, str) else str(key), known, labels, False)
+            if keys and is_secret_name(name) and item is not None and item != "":
+                out[name] = REDACTED
+            else:
+                out[name] = _walk(item, known, labels, keys, depth + 1)
+        return out
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [_walk(item, known, labels, keys, depth + 1) for item in value]
+    if isinstance(value, (bytes, bytearray)):
+        return _text(bytes(value).decode("utf-8", "replace"), known, labels, keys)
+    return _text(str(value), known, labels, keys)
+
+
+def redact(value: Any, *, keys: bool = True) -> Any:
+    """A copy of ``value`` with secrets replaced, made only of JSON types (dict, list, str, int,
+    float, bool, None; tuples become lists, other objects their ``str``), ready for ``json.dumps``.
+
+    ``keys=False`` redacts by value only: for documents whose key names are structure, not data
+    (a tool manifest's parameter schemas name an ``api_key`` parameter without holding one).
+    """
+    known, labels = _known.pattern()
+    return _walk(value, known, labels, keys, 0)
