@@ -153,6 +153,7 @@ class PythonSandbox(Environment):
         self.isolation = isolation
         self.boundary: boundary.Boundary | None = None  # known once started
         self._warned_run = False
+        self._over = True  # whether the run folder was over its quota at the last check (check first)
         self.workdir = self.folder / "sandbox"
         self._proc: subprocess.Popen | None = None
         self._info: dict[str, Any] = {}
@@ -440,8 +441,11 @@ class PythonSandbox(Environment):
         return total
 
     def _over_quota(self) -> tuple[int, int] | None:
+        """The run folder's usage when it is over the quota, else None (remembered for the next call)."""
         used, entries = self.disk_usage()
-        return (used, entries) if used > self.quota_mb * 1024 * 1024 or entries > MAX_ENTRIES else None
+        over = used > self.quota_mb * 1024 * 1024 or entries > MAX_ENTRIES
+        self._over = over
+        return (used, entries) if over else None
 
     def _quota_text(self, usage: tuple[int, int]) -> str:
         used, entries = usage
@@ -474,7 +478,7 @@ class PythonSandbox(Environment):
                 self.kill()
                 self._spawn()
                 self.restarts += restarted
-            usage = self._over_quota()
+            usage = self._over_quota() if self._over else None  # refused until files are deleted
             if usage is not None:
                 result = ExecResult(error={"type": "DiskQuota", "message": self._quota_text(usage)}, limit="disk")
                 result.notes.append(f"Not run: {self._quota_text(usage)}. Delete files to go on.")
@@ -787,7 +791,32 @@ def _parents() -> dict[int, int]:
 
 
 def _descendants(pid: int) -> list[int]:
-    """Every live process below ``pid``."""
+    """Every live process below ``pid``: through the kernel's children lists (only our own tree is
+    read), or a scan of all of /proc where those lists are missing."""
+    out, stack = [], [pid]
+    try:
+        while stack:
+            current = stack.pop()
+            for task in os.listdir(f"/proc/{current}/task"):
+                for child in Path(f"/proc/{current}/task/{task}/children").read_text().split():
+                    out.append(int(child))
+                    stack.append(int(child))
+        return [p for p in out if _alive(p)]
+    except FileNotFoundError:
+        if current == pid and not Path(f"/proc/{pid}/task").exists():
+            return []
+    except OSError:
+        pass
+    return _descendants_by_scan(pid)
+
+
+def _alive(pid: int) -> bool:
+    """True unless ``pid`` is gone or a zombie."""
+    stat = _read(Path(f"/proc/{pid}/stat"))
+    return bool(stat) and stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _descendants_by_scan(pid: int) -> list[int]:
     children: dict[int, list[int]] = {}
     for child, parent in _parents().items():
         children.setdefault(parent, []).append(child)
