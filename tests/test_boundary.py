@@ -1166,6 +1166,27 @@ def test_disk_quota_stops_a_writer_and_refuses_calls_until_files_are_deleted(bwr
     assert sb.exec_sync("1 + 1").value == "2"
 
 
+def test_disk_quota_holds_between_calls_too(bwrap, make, tmp_path):
+    """A background thread keeps writing after its call returned, while no call runs: the supervisor
+    (the sandbox's pid 1) stops it on the way, and the next call says why."""
+    sb = make("between", quota_mb=5)
+    code = (
+        "import threading, time\n"
+        "def fill():\n"
+        "    for i in range(400):  # 25 MB in 64 KB files, over 2 s\n"
+        "        open(f'bg{i}', 'wb').write(b'x' * 65536)\n"
+        "        time.sleep(0.005)\n"
+        "threading.Thread(target=fill, daemon=True).start()\n"
+        "'started'"
+    )
+    assert sb.exec_sync(code).value == "'started'"
+    time.sleep(3)
+    written = sum(f.stat().st_size for f in (tmp_path / "between" / "sandbox").glob("bg*"))
+    assert written < 12 * 2**20, f"{written / 2**20:.1f} MB written between calls past a 5 MB quota"
+    after = sb.exec_sync("1")
+    assert after.limit == "disk" and after.value is None and "quota is 5 MB" in quota_note(after)
+
+
 def test_disk_quota_is_reported_by_the_call_that_broke_it(bwrap, make):
     """A burst faster than the host's polling: the call that wrote it must say so, not the next one."""
     sb = make("burst", quota_mb=5)

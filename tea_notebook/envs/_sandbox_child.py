@@ -105,9 +105,23 @@ def _confine(rules):
     blocked_programs = ("subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.startfile")
     blocked_modules = ("ctypes", "_ctypes", "cffi", "_cffi_backend")
     # audit events whose first argument(s) are paths that get changed
-    changing = {"os.remove": 1, "os.rmdir": 1, "os.rename": 2, "os.link": 2, "os.symlink": 2, "os.mkdir": 1,
-                "os.chmod": 1, "os.chown": 1, "os.truncate": 1, "os.utime": 1, "shutil.rmtree": 1,
-                "os.chflags": 1, "os.lchflags": 1, "os.setxattr": 1, "os.removexattr": 1}
+    changing = {
+        "os.remove": 1,
+        "os.rmdir": 1,
+        "os.rename": 2,
+        "os.link": 2,
+        "os.symlink": 2,
+        "os.mkdir": 1,
+        "os.chmod": 1,
+        "os.chown": 1,
+        "os.truncate": 1,
+        "os.utime": 1,
+        "shutil.rmtree": 1,
+        "os.chflags": 1,
+        "os.lchflags": 1,
+        "os.setxattr": 1,
+        "os.removexattr": 1,
+    }
     listing = ("os.listdir", "os.scandir")
 
     def inside(path, allowed):
@@ -136,8 +150,9 @@ def _confine(rules):
             for value in args[: changing[event]]:
                 path = path_of(value)
                 if path is not None and not inside(path, writable):
-                    raise PermissionError("%s on %s is not permitted (only inside the working directory)"
-                                          % (event, path))
+                    raise PermissionError(
+                        "%s on %s is not permitted (only inside the working directory)" % (event, path)
+                    )
         elif event in listing:
             path = path_of(args[0]) if args else None
             if path is not None and not inside(path, readable):
@@ -449,6 +464,7 @@ class Supervisor:
         self.outstanding = set()
         self.ready_sent = False
         self.lock = threading.Lock()
+        self.quota = cfg.get("quota")
         # the longest answer a worker can legitimately send (output and value at their limits, escaped)
         self.max_line = 16 * int(cfg.get("max_output") or 20000) + (1 << 20)
 
@@ -457,7 +473,7 @@ class Supervisor:
         with self.lock:
             view = memoryview(data)
             while view:
-                view = view[os.write(self.host_out, view):]
+                view = view[os.write(self.host_out, view) :]
 
     def host_requests(self):
         """Host → worker; host EOF ends the sandbox."""
@@ -504,6 +520,11 @@ class Supervisor:
                 return  # not a request the host sent, or already answered: user code wrote it
             self.outstanding.discard(rid)
         answer.pop("died", None)
+        answer.pop("disk", None)  # what the supervisor says, not the worker
+        if self.quota:  # a burst faster than the watch: the call that wrote it says so
+            used, entries = _usage(self.quota["root"])
+            if used > self.quota["bytes"] or entries > self.quota["entries"]:
+                answer["disk"] = [used, entries]
         self.send_host(answer)
 
     def worker_answers(self):
@@ -535,8 +556,10 @@ class Supervisor:
             if pid == self.worker_pid:
                 break
         time.sleep(0.05)
-        died = {"signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
-                "code": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None}
+        died = {
+            "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
+            "code": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
+        }
         self.send_host({"id": None, "died": died})
         os._exit(0)
 
@@ -544,7 +567,54 @@ class Supervisor:
         _not_dumpable()
         threading.Thread(target=self.host_requests, name="tea-host", daemon=True).start()
         threading.Thread(target=self.worker_answers, name="tea-worker", daemon=True).start()
+        if self.quota:
+            threading.Thread(target=self.watch_quota, name="tea-quota", daemon=True).start()
         self.wait_worker()
+
+    def watch_quota(self):
+        """Between calls too (a background thread of user code keeps running): when the run folder
+        (files deleted but held open included) passes its quota, stop everything user code runs —
+        as the sandbox's pid 1, every other process in it — and report it."""
+        while True:
+            time.sleep(self.quota["interval"])
+            used, entries = _usage(self.quota["root"])
+            if used > self.quota["bytes"] or entries > self.quota["entries"]:
+                self.send_host({"id": None, "died": {"signal": signal.SIGKILL, "disk": [used, entries]}})
+                try:
+                    os.kill(-1 if os.getpid() == 1 else self.worker_pid, signal.SIGKILL)
+                except OSError:
+                    pass
+                os._exit(0)
+
+
+def _usage(root):
+    """Bytes and entries under ``root`` (walked by folder descriptors, symlinks not followed), plus
+    files deleted but still held open by processes of this sandbox on the same filesystem."""
+    total, entries, device = 0, 0, os.stat(root).st_dev
+    for _top, folders, files, fd in os.fwalk(root, follow_symlinks=False):
+        for name in folders + files:
+            entries += 1
+            try:
+                total += os.stat(name, dir_fd=fd, follow_symlinks=False).st_blocks * 512
+            except OSError:
+                pass
+    seen = set()
+    for pid in os.listdir("/proc") if os.getpid() == 1 else ():  # only in a pid namespace of our own
+        if not pid.isdigit():
+            continue
+        try:
+            fds = os.listdir("/proc/%s/fd" % pid)
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                info = os.stat("/proc/%s/fd/%s" % (pid, fd))
+            except OSError:
+                continue
+            if info.st_nlink == 0 and info.st_dev == device and info.st_ino not in seen:
+                seen.add(info.st_ino)
+                total += info.st_blocks * 512
+    return total, entries
 
 
 def _not_dumpable():

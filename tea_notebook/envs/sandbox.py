@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 
 CHILD = Path(__file__).with_name("_sandbox_child.py")
 PACKAGE = Path(__file__).resolve().parents[1]  # tea_notebook/, bound read-only (an editable install's too)
-DISK_POLL = 0.25  # seconds between checks of the run folder's size while code runs
+QUOTA_WATCH = 0.25  # seconds between the supervisor's checks of the run folder, during calls and between them
 MAX_ENTRIES = 100_000  # files and folders a run folder may hold
 # what sandboxed code inherits from the parent's environment; nothing else (no keys, no tokens)
 PASSED_VARIABLES = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM")
@@ -293,6 +293,13 @@ class PythonSandbox(Environment):
             "uid": uid,
             "gid": gid,
             "confine": self._confinement() if self.confine else None,
+            # the supervisor watches the run folder all the time, between calls too
+            "quota": {
+                "root": str(self.folder),
+                "bytes": self.quota_mb * 2**20,
+                "entries": MAX_ENTRIES,
+                "interval": QUOTA_WATCH,
+            },
         }
         command = [self.python, "-I", "-B", "-X", "utf8", str(CHILD), json.dumps(config)]
         fds: list[int] = []
@@ -364,11 +371,9 @@ class PythonSandbox(Environment):
             boundary.fallback_warning(reasons)
 
     # -- talking to the child ---------------------------------------------------------------
-    def _read_line(self, deadline: float, watch_disk: bool = False) -> dict[str, Any] | None:
+    def _read_line(self, deadline: float) -> dict[str, Any] | None:
         """The next JSON object from the sandbox's supervisor, or None at the deadline, when it died
-        or when the session was stopped meanwhile (``kill`` from another thread closes the pipe).
-        With ``watch_disk`` the run folder's size is checked while waiting: past the quota the
-        sandbox is killed and ``{"disk": usage}`` is returned."""
+        or when the session was stopped meanwhile (``kill`` from another thread closes the pipe)."""
         proc = self._proc
         if proc is None or proc.stdout is None:
             return None
@@ -382,10 +387,8 @@ class PythonSandbox(Environment):
                 if remaining <= 0 or self._proc is not proc:
                     return None
                 try:
-                    ready, _, _ = select.select([fd], [], [], min(remaining, DISK_POLL if watch_disk else 0.5))
+                    ready, _, _ = select.select([fd], [], [], min(remaining, 0.5))
                     if not ready:
-                        if watch_disk and (usage := self._over_quota()) is not None:
-                            return {"disk": usage}
                         continue
                     chunk = os.read(fd, 65536)
                 except (OSError, ValueError):
@@ -403,10 +406,10 @@ class PythonSandbox(Environment):
 
     def disk_usage(self) -> tuple[int, int]:
         """Bytes and entries of the run folder: walked through folder descriptors (so nesting past
-        PATH_MAX is counted), symlinks not followed, plus files the sandbox deleted but still holds
-        open. The count stops early past :data:`MAX_ENTRIES`, which is itself over quota."""
+        PATH_MAX is counted), symlinks not followed. The count stops early past :data:`MAX_ENTRIES`,
+        which is itself over quota. (Files deleted but held open are counted by the supervisor inside
+        the sandbox, which sees its processes' descriptors.)"""
         total, entries = 0, 0
-        device = os.stat(self.folder).st_dev
         for _top, folders, files, fd in os.fwalk(self.folder, follow_symlinks=False):
             for name in folders + files:
                 entries += 1
@@ -417,28 +420,7 @@ class PythonSandbox(Environment):
                 total += info.st_blocks * 512
             if entries > MAX_ENTRIES:
                 break
-        return total + self._held_open(device), entries
-
-    def _held_open(self, device: int) -> int:
-        """Bytes of files on the run folder's filesystem that sandbox processes hold open with no
-        name left (deleted after opening: a listing cannot see them)."""
-        if self._proc is None:
-            return 0
-        total, seen = 0, set()
-        for pid in _descendants(self._proc.pid):
-            try:
-                fds = os.listdir(f"/proc/{pid}/fd")
-            except OSError:
-                continue
-            for fd in fds:
-                try:
-                    info = os.stat(f"/proc/{pid}/fd/{fd}")
-                except OSError:
-                    continue
-                if info.st_nlink == 0 and info.st_dev == device and info.st_ino not in seen:
-                    seen.add(info.st_ino)
-                    total += info.st_blocks * 512
-        return total
+        return total, entries
 
     def _over_quota(self) -> tuple[int, int] | None:
         """The run folder's usage when it is over the quota, else None (remembered for the next call)."""
@@ -475,6 +457,7 @@ class PythonSandbox(Environment):
             restarted = False
             if self._proc is None or self._proc.poll() is not None:
                 restarted = self._proc is not None or self.calls > 1
+                self._over = self._over or restarted  # it may have been stopped at the quota between calls
                 self.kill()
                 self._spawn()
                 self.restarts += restarted
@@ -494,14 +477,19 @@ class PythonSandbox(Environment):
                 self.kill()
                 raise EnvironmentFailure("the sandbox process is gone; the next call starts a new one") from None
             deadline = time.monotonic() + limit + 2.0
-            answer = self._read_line(deadline, watch_disk=True)
+            answer = self._read_line(deadline)
             while answer is not None and answer.get("id") not in (rid, None):  # a late answer to an older call
-                answer = self._read_line(deadline, watch_disk=True)
+                answer = self._read_line(deadline)
             self._inflight = None
-            # a burst between two checks: the call finished, but it is the one that broke the quota
-            burst = self._over_quota() if answer is not None and answer.get("id") == rid else None
-            if answer is not None and "disk" in answer:
+            # the supervisor checks the run folder after every call and watches it all the time
+            burst = (
+                tuple(answer["disk"]) if answer is not None and answer.get("id") == rid and answer.get("disk") else None
+            )
+            if answer is not None and (answer.get("died") or {}).get("disk"):  # the watch stopped everything
+                answer = {"disk": tuple(answer["died"]["disk"])}
+            if answer is not None and "disk" in answer and answer.get("id") != rid:
                 self.kill()
+                self._over = True
                 result = ExecResult(
                     error={"type": "DiskQuota", "message": self._quota_text(answer["disk"])}, limit="disk"
                 )
@@ -581,6 +569,7 @@ class PythonSandbox(Environment):
                 )
                 self._reap_strays()
             if burst is not None:
+                self._over = True
                 result.limit = "disk"
                 result.error = result.error or {"type": "DiskQuota", "message": self._quota_text(burst)}
                 result.notes.append(
