@@ -153,8 +153,9 @@ Sandbox round trip (`PythonSandbox.request("exec", code="1+1")`, warm, {args.cal
 {chr(10).join(rows)}
 
 - Warm: {new['warm']['median_ms']:.2f} ms with bubblewrap, {warm_ratio:.2f}× the previous implementation
-  (target ≤ {WARM_TARGET_MS:g} ms {mark(new['warm']['median_ms'] <= WARM_TARGET_MS)}). The extra hop is the supervisor, which
-  owns the control channel so that user code cannot write onto it.
+  (target ≤ {WARM_TARGET_MS:g} ms {mark(new['warm']['median_ms'] <= WARM_TARGET_MS)}). The extra cost is the supervisor's hop (it
+  owns the control channel so that user code cannot write onto it) and its check of the run folder's
+  size after every call (the disk quota).
 - Cold: {new['cold']['median_ms']:.0f} ms with bubblewrap, {cold_ratio:.2f}× the previous implementation
   (target ≤ {COLD_TARGET_MS:g} ms {mark(new['cold']['median_ms'] <= COLD_TARGET_MS)}).
 - Boundary measured: {new['state']}
