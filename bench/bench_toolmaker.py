@@ -4,7 +4,8 @@
 
 A scripted model (``ScriptedModel`` through litellm and our ``tea`` provider, answering by the
 prompt's ``Stage:``) plays every stage for 12 distinct tools (string, arithmetic, list and number
-tools, 1–3 parameters each, 3 examples and 2 tests each). Each tool is one
+tools, 1–3 parameters each, 2 examples in the specification and 2 tests each, which check the
+examples and a third case). Each tool is one
 ``ToolMaker(ws, client=timed).create(task)``: hybrid retrieval of the existing tools, need
 assessment, specification, code, tests (checked for vacuity against constant stubs in the
 sandbox), validation in a fresh confined sandbox, registration with provenance. Every figure
@@ -235,7 +236,8 @@ def spec(t: dict[str, Any]) -> dict[str, Any]:
         ],
         "output_format": {"type": "any"},
         "core_logic": ["Step 1: validate the input", "Step 2: compute the result"],
-        "examples": [{"input": a, "output": o} for a, o in t["examples"]],
+        # two in the specification; the tests check those and the third (results beyond the examples)
+        "examples": [{"input": a, "output": o} for a, o in t["examples"][:2]],
     }
 
 
@@ -405,18 +407,20 @@ Command: `.venv/bin/python bench/bench_toolmaker.py --write` — machine: {resul
 
 Create → validate → register with a scripted model, excluding model time. 12 distinct tools
 (`{"`, `".join(t["name"] for t in TOOLS)}`:
-1–3 parameters, 3 examples and 2 tests each), each one `ToolMaker(ws, client=...).create(task)`
+1–3 parameters, 2 examples in the specification, 2 tests each that check those and a third case),
+each one `ToolMaker(ws, client=...).create(task)`
 with a `ScriptedModel` answering every stage through litellm: hybrid retrieval of the tools
-registered so far, need assessment, specification, code, tests checked for vacuity (run against a
-stub returning each example's output, in the sandbox), validation in a fresh confined sandbox
-(no network, no files outside its folder, no new programs; import, `TOOL_CONFIG`, the 3 examples,
-the tests), registration with provenance; each registered tool is then invoked once to check it.
+registered so far, need assessment, specification, code, tests checked for vacuity (run against
+stubs returning each example's output), validation in a fresh sandbox (the bubblewrap boundary and
+the audit tripwire; the tool in a process of its own; import, `TOOL_CONFIG`, the examples, the
+tests, and the tests again against mutated results), registration with provenance; each
+registered tool is then invoked once, out of process, to check it.
 *Overhead* = wall time of `create` − time inside `ModelClient.complete` (timed by wrapping it);
 *sandbox validation* = time inside `ToolMaker._check` (write the files, start the sandbox, run
 the checks, stop it), vacuity checks included; *registration* = time inside `ToolMaker._register`.
 Medians over {first["n"]} creations ({results["rounds"]} rounds, each a fresh workspace with the hashing
 embedder creating the 12 tools one after the other), after a warm-up creation in a throwaway
-workspace (litellm import, `unshare` probe). The second block is the same with one failed
+workspace (litellm import, the bubblewrap probe). The second block is the same with one failed
 validation and one fix per tool (the first code raises `NotImplementedError`).
 
 | what | median | target | |
@@ -424,10 +428,12 @@ validation and one fix per tool (the first code raises `NotImplementedError`).
 {rows("first pass", first, True)}
 {rows("with one fix", fixed, True)}
 
-Most of a tool's overhead is its sandbox runs: each is a fresh interpreter in its own pid namespace
-(the sandbox's cold start, ~60 ms on this machine, see Environments) plus importing the module and its
-tests; a tool with 3 distinct example outputs needs 3 vacuity runs (each must fail) and 1 validation
-run, and a fix adds one validation run.
+Most of a tool's overhead is its sandbox runs: each is a fresh bubblewrap sandbox (the sandbox's
+cold start, ~70 ms on this machine, see Security boundary) in which the harness forks the tool into
+a process of its own, imports it there and runs the tests several times against it: one run checks
+the tests against a constant stub per distinct example output, one validates (the tests against the
+real results, then against mutated ones), and a fix adds one validation run. The previous validator
+(one test pass, the code in the harness's own interpreter) took 355 ms a tool at the first pass.
 """
 
 
