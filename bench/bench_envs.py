@@ -8,8 +8,8 @@ Measures, on this machine:
      ``Environment.call("run_python")`` on the background loop (the action layer: a worker thread
      and the action's time limit) and ``ws.envs.invoke("python", "run_python", ...)`` (ECP: record
      and schema check, session lookup, the hop to the background loop, the usage row);
-  2. the sandbox's cold start, spawn to ready (median of --cold), in its own pid namespace and
-     without it, and the first ``ws.envs.invoke`` of a new session (start + first call);
+  2. the sandbox's cold start, spawn to ready (median of --cold), behind bubblewrap and as the
+     fallback child process, and the first ``ws.envs.invoke`` of a new session (start + first call);
   3. the browser's actions through ECP on local pages served by a thread in this process: goto,
      click (a button that changes the page, and a link that navigates), extract (median of --reps
      each), and its cold start (Chromium launch + first goto).
@@ -39,7 +39,6 @@ from _common import machine, publish, summary  # noqa: E402
 
 import tea_notebook  # noqa: E402
 from tea_notebook import _sync  # noqa: E402
-from tea_notebook.envs import sandbox as sandbox_module  # noqa: E402
 from tea_notebook.envs.sandbox import PythonSandbox  # noqa: E402
 
 ROUND_TRIP_TARGET_MS = 20.0
@@ -69,8 +68,7 @@ def bench_round_trip(base: Path, calls: int) -> dict[str, Any]:
         action = lambda: _sync.run_sync(sb.call("run_python", {"code": "1+1"}))  # noqa: E731
         timed(action, warm)
         layer = timed(action, calls, lambda v: v == "value: 2")
-        isolated = bool(sb._info.get("isolated"))
-        user = "nobody" if sb._info.get("uid") == sandbox_module.UNPRIVILEGED else "this user"
+        described = sb.boundary.describe()
     finally:
         sb.kill()
 
@@ -86,32 +84,24 @@ def bench_round_trip(base: Path, calls: int) -> dict[str, Any]:
         "direct": summary(direct),
         "action": summary(layer),
         "ecp": summary(ecp),
-        "isolated": isolated,
-        "user": user,
+        "boundary": described,
     }
 
 
 def bench_cold_start(base: Path, n: int) -> dict[str, Any]:
-    def spawn_times(tag: str, count: int = n) -> list[float]:
+    def spawn_times(tag: str, count: int = n, **options: Any) -> list[float]:
         out = []
         for i in range(count):
-            sb = PythonSandbox(base / f"cold-{tag}-{i}", timeout=30)
+            sb = PythonSandbox(base / f"cold-{tag}-{i}", timeout=30, **options)
             t0 = time.perf_counter()
             sb._spawn()
             out.append(time.perf_counter() - t0)
             sb.kill()
         return out
 
-    sandbox_module._namespace_prefix()  # probe unshare once, outside the timings
-    isolated = bool(sandbox_module._PREFIX)
-    spawn_times("warmup", 2)
-    namespaced = spawn_times("ns")
-    saved = sandbox_module._PREFIX
-    sandbox_module._PREFIX = []
-    try:
-        plain = spawn_times("plain")
-    finally:
-        sandbox_module._PREFIX = saved
+    spawn_times("warmup", 2)  # the bubblewrap probe and the page cache, outside the timings
+    bounded = spawn_times("bwrap")
+    plain = spawn_times("process", isolation="process")
 
     # the interpreter alone: start-up with -I and the standard modules the child imports
     imports = "import ast, errno, io, json, linecache, mmap, os, queue, resource, signal, subprocess, sys, tempfile"
@@ -131,8 +121,7 @@ def bench_cold_start(base: Path, n: int) -> dict[str, Any]:
     finally:
         ws.close()
     return {
-        "isolated": isolated,
-        "spawn": summary(namespaced),
+        "spawn": summary(bounded),
         "spawn_plain": summary(plain),
         "interpreter": summary(interpreter),
         "first_invoke": summary(first),
@@ -270,7 +259,6 @@ def render(results: dict[str, Any]) -> str:
     ok = lambda cond: "✅" if cond else "❌"  # noqa: E731
     ms = lambda s: f"{s['median_ms']:.2f} ms | {s['p95_ms']:.2f} ms"  # noqa: E731
     ms1 = lambda s: f"{s['median_ms']:.0f} ms | {s['p95_ms']:.0f} ms"  # noqa: E731
-    where = "its own pid namespace (`unshare`)" if rt["isolated"] else "no pid namespace (`unshare` unavailable)"
     ecp_extra = rt["ecp"]["median_ms"] - rt["direct"]["median_ms"]
     action_extra = rt["action"]["median_ms"] - rt["direct"]["median_ms"]
     rows = [
@@ -279,10 +267,10 @@ def render(results: dict[str, Any]) -> str:
         f'| the same as an action, `Environment.call("run_python")` on the background loop | {ms(rt["action"])} | | |',
         f'| the same through ECP, `ws.envs.invoke("python", "run_python", {{"code": "1+1"}})` '
         f"| {ms(rt['ecp'])} | < {ROUND_TRIP_TARGET_MS:g} ms | {ok(rt['ecp']['median_ms'] < ROUND_TRIP_TARGET_MS)} |",
-        f"| sandbox cold start, spawn → ready, {where} "
+        f"| sandbox cold start, spawn → ready, behind its boundary "
         f"| {ms1(cs['spawn'])} | < {COLD_START_TARGET_S * 1000:.0f} ms "
         f"| {ok(cs['spawn']['median_ms'] < COLD_START_TARGET_S * 1000)} |",
-        f"| the same without the namespace | {ms1(cs['spawn_plain'])} | | |",
+        f"| the same as the fallback child process (`isolation=\"process\"`) | {ms1(cs['spawn_plain'])} | | |",
         f"| of which the interpreter: `python -I` importing the child's standard modules, timed alone "
         f"| {ms1(cs['interpreter'])} | | |",
         f"| first `ws.envs.invoke` of a new session (session start + spawn + `1+1`) | {ms1(cs['first_invoke'])} | | |",
@@ -329,18 +317,19 @@ Command: `.venv/bin/python bench/bench_envs.py --write` — machine: {results["m
 |---|---|---|---|---|
 {table}
 
-**Sandbox.** `PythonSandbox(folder, timeout=30)` with its default limits, running in {where} as
-{rt["user"]}. Round trips: {rt["direct"]["n"]} calls of `1+1` in one warm session after a warm-up, each checked
-for its value; `request` is the sandbox's own synchronous call (JSON line to the child's stdin; the
-child redirects stdout/stderr to files, sets the CPU limit and the wall-clock timer, runs the code,
-answers one JSON line); `Environment.call` adds the action layer (the action's time limit and the
+**Sandbox.** `PythonSandbox(folder, timeout=30)` with its default limits ({rt["boundary"]}). Round trips: {rt["direct"]["n"]} calls of `1+1` in one warm session after a warm-up, each checked
+for its value; `request` is the sandbox's own synchronous call (a JSON line to the supervisor, which
+passes it to the worker; the worker redirects stdout/stderr to files, sets the CPU limit and the
+wall-clock timer, runs the code and answers; the supervisor checks the run folder's size and passes
+the answer on); `Environment.call` adds the action layer (the action's time limit and the
 hop to a worker thread, run here from a caller thread through the background loop:
 +{action_extra:.2f} ms); `ws.envs.invoke` is what agent runs (through their E2T tools) and notebooks
 call: record lookup and schema check, the run context, the session lookup, the hop to the background
 loop, the usage count (+{ecp_extra:.2f} ms over `request`). Cold start: {cs["spawn"]["n"]} fresh sandboxes, each timed from `_spawn()`
-(create the folders, start `unshare` + the interpreter with `-I`, wait for its ready line, find its
-pid and, as root, put it in a pids cgroup) to ready; the interpreter itself is most of it
-({cs["interpreter"]["median_ms"]:.0f} ms; the namespace adds little: {cs["spawn_plain"]["median_ms"]:.0f} ms without it). "First invoke" is
+(create the folders, start bubblewrap + the interpreter with `-I`, wait for its ready line, find
+the worker's pid and, as root, put the sandbox in its pids and memory cgroups) to ready; the
+interpreter itself is most of it ({cs["interpreter"]["median_ms"]:.0f} ms; the boundary adds little: the fallback
+takes {cs["spawn_plain"]["median_ms"]:.0f} ms). "First invoke" is
 `ws.envs.release()` then one `invoke`, i.e. what the first sandbox call of an agent run costs.
 {browser_text}"""
 
