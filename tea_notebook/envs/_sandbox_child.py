@@ -196,11 +196,8 @@ class Child:
     # -- the reader thread -----------------------------------------------------------------
     def read_requests(self):
         for line in self.ctrl_in:
-            try:
-                request = json.loads(line)
-            except ValueError:
-                continue  # an empty framing line, or what user code wrote onto the pipe
-            if not isinstance(request, dict):
+            request = _message(line)
+            if request is None:
                 continue
             if request.get("op") == "interrupt":
                 self.interrupt(request.get("id"))
@@ -415,6 +412,15 @@ class Child:
         return "".join(lines)
 
 
+def _message(line):
+    """The JSON object on one line, or None: an empty framing line, or what user code wrote."""
+    try:
+        message = json.loads(line)
+    except ValueError:
+        return None
+    return message if isinstance(message, dict) else None
+
+
 def _close_other_fds(keep):
     """Close every descriptor above 2 but ``keep`` (the host channel must not reach the worker)."""
     for name in os.listdir("/proc/self/fd"):
@@ -479,11 +485,8 @@ class Supervisor:
         """Host → worker; host EOF ends the sandbox."""
         stream = os.fdopen(0, "rb")
         for line in stream:
-            try:
-                request = json.loads(line)
-            except ValueError:
-                continue
-            if not isinstance(request, dict):
+            request = _message(line)
+            if request is None:
                 continue
             if request.get("op") != "interrupt":
                 with self.lock:
@@ -503,11 +506,8 @@ class Supervisor:
 
     def accept(self, line):
         """Forward one worker line when it is the answer the host is waiting for."""
-        try:
-            answer = json.loads(line)
-        except ValueError:
-            return
-        if not isinstance(answer, dict):
+        answer = _message(line)
+        if answer is None:
             return
         if answer.get("ready") and not self.ready_sent:
             self.ready_sent = True

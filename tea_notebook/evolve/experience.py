@@ -52,18 +52,8 @@ _EDITABLE = frozenset(
         "metadata",
     }
 )
-_REDACTED_FIELDS = (
-    "title",
-    "description",
-    "use_cases",
-    "body",
-    "source_run",
-    "outcome",
-    "agent_role",
-    "tool_name",
-    "category",
-    "metadata",
-)
+# every editable text field but the kind (checked against KINDS) and content (built from the others)
+_REDACTED_FIELDS = tuple(sorted(_EDITABLE - {"kind", "content"}))
 #: Usage-table kind holding reported outcomes (calls = outcomes reported, failures = failed runs).
 OUTCOME_KIND = "experience.outcome"
 
