@@ -522,7 +522,7 @@ class Supervisor:
         answer.pop("died", None)
         answer.pop("disk", None)  # what the supervisor says, not the worker
         if self.quota:  # a burst faster than the watch: the call that wrote it says so
-            used, entries = _usage(self.quota["root"])
+            used, entries = _usage(self.quota["root"], self.quota["entries"])
             if used > self.quota["bytes"] or entries > self.quota["entries"]:
                 answer["disk"] = [used, entries]
         self.send_host(answer)
@@ -577,7 +577,7 @@ class Supervisor:
         as the sandbox's pid 1, every other process in it — and report it."""
         while True:
             time.sleep(self.quota["interval"])
-            used, entries = _usage(self.quota["root"])
+            used, entries = _usage(self.quota["root"], self.quota["entries"])
             if used > self.quota["bytes"] or entries > self.quota["entries"]:
                 self.send_host({"id": None, "died": {"signal": signal.SIGKILL, "disk": [used, entries]}})
                 try:
@@ -587,10 +587,11 @@ class Supervisor:
                 os._exit(0)
 
 
-def _usage(root):
-    """Bytes and entries under ``root`` (walked by folder descriptors, symlinks not followed), plus
-    files deleted but still held open by processes of this sandbox on the same filesystem."""
-    total, entries, device = 0, 0, os.stat(root).st_dev
+def folder_usage(root, limit):
+    """Bytes and entries under ``root``, walked by folder descriptors (nesting past PATH_MAX is
+    counted) without following symlinks; the walk stops once it has seen more than ``limit`` entries.
+    The host uses it too (imported; this module has no side effects)."""
+    total, entries = 0, 0
     for _top, folders, files, fd in os.fwalk(root, follow_symlinks=False):
         for name in folders + files:
             entries += 1
@@ -598,6 +599,16 @@ def _usage(root):
                 total += os.stat(name, dir_fd=fd, follow_symlinks=False).st_blocks * 512
             except OSError:
                 pass
+        if entries > limit:
+            break
+    return total, entries
+
+
+def _usage(root, limit):
+    """:func:`folder_usage`, plus files deleted but still held open by processes of this sandbox on
+    the same filesystem (a listing cannot see them)."""
+    total, entries = folder_usage(root, limit)
+    device = os.stat(root).st_dev
     seen = set()
     for pid in os.listdir("/proc") if os.getpid() == 1 else ():  # only in a pid namespace of our own
         if not pid.isdigit():

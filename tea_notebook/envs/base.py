@@ -57,8 +57,6 @@ def action(
     return mark(fn) if fn is not None else mark
 
 
-
-
 class Environment:
     """One live session of an environment.
 

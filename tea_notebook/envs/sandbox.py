@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tea_notebook.envs import boundary
+from tea_notebook.envs._sandbox_child import folder_usage
 from tea_notebook.envs.base import Environment, EnvironmentFailure, action
 
 if TYPE_CHECKING:
@@ -44,7 +45,7 @@ QUOTA_WATCH = 0.25  # seconds between the supervisor's checks of the run folder,
 MAX_ENTRIES = 100_000  # files and folders a run folder may hold
 # what sandboxed code inherits from the parent's environment; nothing else (no keys, no tokens)
 PASSED_VARIABLES = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM")
-UNPRIVILEGED = 65534  # nobody
+UNPRIVILEGED = boundary.SANDBOX_UID  # nobody
 LIMIT_TEXT = {
     "timeout": "stopped at the wall-clock limit of {timeout:g} s",
     "cpu": "stopped at the CPU-time limit of {cpu:g} s",
@@ -409,18 +410,7 @@ class PythonSandbox(Environment):
         PATH_MAX is counted), symlinks not followed. The count stops early past :data:`MAX_ENTRIES`,
         which is itself over quota. (Files deleted but held open are counted by the supervisor inside
         the sandbox, which sees its processes' descriptors.)"""
-        total, entries = 0, 0
-        for _top, folders, files, fd in os.fwalk(self.folder, follow_symlinks=False):
-            for name in folders + files:
-                entries += 1
-                try:
-                    info = os.stat(name, dir_fd=fd, follow_symlinks=False)
-                except OSError:
-                    continue
-                total += info.st_blocks * 512
-            if entries > MAX_ENTRIES:
-                break
-        return total, entries
+        return folder_usage(self.folder, MAX_ENTRIES)
 
     def _over_quota(self) -> tuple[int, int] | None:
         """The run folder's usage when it is over the quota, else None (remembered for the next call)."""
@@ -730,20 +720,25 @@ class PythonSandbox(Environment):
         return self.request("exec", self._cap(timeout), code=code)
 
 
-def _group_members(pgid: int, exclude: set[int]) -> list[int]:
-    """Live (not zombie) processes of a process group, read from /proc."""
-    members = []
+def _stats() -> dict[int, list[bytes]]:
+    """pid → the fields of /proc/<pid>/stat after the command name (state, ppid, pgrp, …) of every
+    live (not zombie) process."""
+    stats = {}
     for entry in os.scandir("/proc"):
-        if not entry.name.isdigit() or int(entry.name) in exclude:
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat", "rb") as fh:
-                fields = fh.read().rsplit(b")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] != b"Z":
-            members.append(int(entry.name))
-    return members
+        if entry.name.isdigit():
+            try:
+                with open(f"/proc/{entry.name}/stat", "rb") as fh:
+                    fields = fh.read().rsplit(b")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if fields and fields[0] != b"Z":
+                stats[int(entry.name)] = fields
+    return stats
+
+
+def _group_members(pgid: int, exclude: set[int]) -> list[int]:
+    """Live processes of a process group."""
+    return [pid for pid, fields in _stats().items() if int(fields[2]) == pgid and pid not in exclude]
 
 
 def _plain_folder(parent: int, name: str) -> int:
@@ -765,18 +760,8 @@ def _plain_folder(parent: int, name: str) -> int:
 
 
 def _parents() -> dict[int, int]:
-    """pid → parent pid of every live (not zombie) process, from /proc."""
-    parents = {}
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                with open(f"/proc/{entry.name}/stat", "rb") as fh:
-                    fields = fh.read().rsplit(b")", 1)[1].split()
-            except OSError:
-                continue
-            if fields and fields[0] != b"Z":
-                parents[int(entry.name)] = int(fields[1])
-    return parents
+    """pid → parent pid of every live process."""
+    return {pid: int(fields[1]) for pid, fields in _stats().items()}
 
 
 def _descendants(pid: int) -> list[int]:
@@ -790,13 +775,9 @@ def _descendants(pid: int) -> list[int]:
                 for child in Path(f"/proc/{current}/task/{task}/children").read_text().split():
                     out.append(int(child))
                     stack.append(int(child))
-        return [p for p in out if _alive(p)]
-    except FileNotFoundError:
-        if current == pid and not Path(f"/proc/{pid}/task").exists():
-            return []
-    except OSError:
-        pass
-    return _descendants_by_scan(pid)
+    except OSError:  # a process ended during the walk, or no children lists here
+        return _descendants_by_scan(pid)
+    return [p for p in out if _alive(p)]
 
 
 def _alive(pid: int) -> bool:

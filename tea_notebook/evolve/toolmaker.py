@@ -337,7 +337,7 @@ class ToolMaker:
         *,
         examples: list[Any],
         label: str,
-        constants: list[Any] = (),  # type: ignore[assignment]
+        constants: tuple[Any, ...] | list[Any] = (),
         mutant: bool = False,
     ) -> dict[str, Any]:
         """Run the harness for one version of the code in a fresh confined sandbox; the verdict."""

@@ -321,40 +321,32 @@ class Database:
         """A write transaction that holds the database's write lock from its first statement.
 
         A damaged file shows as a :class:`WorkspaceError` naming it, not a bare sqlite3 error."""
-        with self._lock:
+        with self._lock, self._naming_damage():
             cur = self._conn.cursor()
-            try:
-                cur.execute("BEGIN IMMEDIATE")
-            except sqlite3.DatabaseError as exc:
-                if _is_damage(exc):
-                    raise _damaged(self.path, exc) from None
-                raise
+            cur.execute("BEGIN IMMEDIATE")
             try:
                 yield cur
-            except BaseException as exc:
+            except BaseException:
                 try:
                     cur.execute("ROLLBACK")
                 except sqlite3.Error:
                     pass  # already rolled back by SQLite (a damaged page aborts the transaction)
-                if isinstance(exc, sqlite3.DatabaseError) and _is_damage(exc):
-                    raise _damaged(self.path, exc) from None
                 raise
-            else:
-                try:
-                    cur.execute("COMMIT")
-                except sqlite3.DatabaseError as exc:
-                    if _is_damage(exc):
-                        raise _damaged(self.path, exc) from None
-                    raise
+            cur.execute("COMMIT")
 
     def _read(self, sql: str, args: tuple = ()) -> list[tuple]:
-        with self._lock:
-            try:
-                return self._conn.execute(sql, args).fetchall()
-            except sqlite3.DatabaseError as exc:
-                if _is_damage(exc):
-                    raise _damaged(self.path, exc) from None
-                raise
+        with self._lock, self._naming_damage():
+            return self._conn.execute(sql, args).fetchall()
+
+    @contextmanager
+    def _naming_damage(self) -> Iterator[None]:
+        """A damaged file shows as a :class:`WorkspaceError` naming it, not a bare sqlite3 error."""
+        try:
+            yield
+        except sqlite3.DatabaseError as exc:
+            if _is_damage(exc):
+                raise _damaged(self.path, exc) from None
+            raise
 
     def close(self) -> None:
         """Close the connection (the file stays)."""
