@@ -29,6 +29,8 @@ from tea_notebook.protocol.tcp import ToolkitRegistry, ToolRegistry
 from tea_notebook.store.database import Database
 
 if TYPE_CHECKING:
+    from tea_notebook.agents.analyzer import DeepAnalyzer
+    from tea_notebook.agents.researcher import DeepResearcher
     from tea_notebook.envs.tool_executor import GeneratedToolExecutor
     from tea_notebook.evolve.agent_bank import AgentBank
     from tea_notebook.evolve.experience import ExperienceMemory
@@ -78,6 +80,8 @@ class Workspace:
             self, EnvironmentRecord, manager_factory=SessionManager, builtins=BUILTIN_ENVIRONMENTS
         )
         self.agents = AgentRegistry(self, AgentRecord)
+        # ACP rebuilds stored agents' runners through the agent kinds above it (after a restart)
+        self.agents.restorer = functools.partial(_restore_agent, self)
         self.memory: Registry[MemoryRecord] = Registry(self, MemoryRecord)
         self.experience: Registry[ExperienceRecord] = Registry(self, ExperienceRecord)
         if model is not None:
@@ -142,6 +146,33 @@ class Workspace:
         from tea_notebook.agents.planner import make_planner
 
         return make_planner(self, sub_agents, name=name, **options)
+
+    def researcher(self, name: str = "deep_researcher", **options: Any) -> "DeepResearcher":
+        """The deep researcher: multi-round search, reading and evidence extraction with checked
+        citations (``engines=["web"]``, ``"corpus:FOLDER"`` or your own engine objects)."""
+        from tea_notebook.agents.kinds import make
+
+        return make(self, "researcher", name, **options)
+
+    def analyzer(self, name: str = "deep_analyzer", **options: Any) -> "DeepAnalyzer":
+        """The deep analyzer: attached files to markdown (in the sandbox, cached), map-reduce over long
+        documents, answers with page / sheet / section references."""
+        from tea_notebook.agents.kinds import make
+
+        return make(self, "analyzer", name, **options)
+
+    def browser_agent(self, name: str = "browser_use", **options: Any) -> "Agent":
+        """The browser-use agent: operates the browser environment step by step and ends with what it extracted."""
+        from tea_notebook.agents.kinds import make
+
+        return make(self, "browser_use", name, **options)
+
+    def orchestra(self, model: str | None = None, name: str = "orchestra", **options: Any) -> "Agent":
+        """AgentOrchestra: the planner over the deep researcher, browser-use agent, deep analyzer and tool
+        manager (``models={"researcher": ...}`` gives a role its own model)."""
+        from tea_notebook.agents.kinds import make
+
+        return make(self, "orchestra", name, model=model, **options)
 
     def runs(self, limit: int = 20) -> list[dict]:
         """Recent top-level runs, newest first."""
@@ -222,6 +253,12 @@ class Workspace:
             f"Workspace({str(self.path)!r}, tools={len(self.tools)}, envs={len(self.envs)}, "
             f"agents={len(self.agents)}, embedder={self.embedder.id!r})"
         )
+
+
+def _restore_agent(ws: Workspace, name: str) -> Any:
+    from tea_notebook.agents.kinds import restore_runner
+
+    return restore_runner(ws, name)
 
 
 def _tool_maker(ws: Workspace, **options: Any) -> "ToolMaker":

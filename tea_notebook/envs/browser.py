@@ -48,6 +48,7 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 # Playwright selector engines that are passed through untouched (everything else is tried as CSS,
 # then as visible text).
+_INDEX = re.compile(r"^\[?(\d+)\]?$")  # "3" or "[3]": the element listed as [3] in the state
 _ENGINE = re.compile(r"^(?:text|css|xpath|id|role|data-testid|internal:[\w-]+|nth)=|^//|^\.\./|^\(//")
 _NET_ERRORS = {
     "ERR_CONNECTION_REFUSED": "connection refused (nothing is listening there)",
@@ -215,8 +216,8 @@ class Browser(Environment):
     category: ClassVar[str] = "web"
     rules: ClassVar[str] = (
         "Open a page with goto, then read it with extract (markdown; long pages continue with start=). "
-        "The state lists the tabs and the page's interactive elements with selectors: click and input take "
-        "one of those selectors or an element's visible text. Links that open a new tab make it the current "
+        "The state lists the tabs and the page's interactive elements as [index] selector: click and input "
+        "take an index, a selector or an element's visible text. Links that open a new tab make it the current "
         "tab (switch_tab, close_tab). PDFs are saved into the run's downloads folder. Each action has a time "
         "limit; an error observation says what went wrong, so try another way instead of repeating it."
     )
@@ -261,6 +262,7 @@ class Browser(Environment):
         self._lock: asyncio.Lock | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._state_text = "browser: no page open yet"
+        self._indexes: dict[int, str] = {}  # [index] in the state's element list -> its selector
         self._png: bytes | None = None
         self._shots = 0
 
@@ -683,11 +685,12 @@ class Browser(Environment):
         y, height, view = snap.get("scrollY", 0), snap.get("height", 0), snap.get("viewport", 0)
         lines.append(f"Scroll: y={y} of {height} px (viewport {view} px)")
         elements = snap.get("elements") or []
+        self._indexes = {i: el["selector"] for i, el in enumerate(elements, start=1)}
         if elements:
             total = snap.get("total", len(elements))
-            lines.append(f"Interactive elements ({len(elements)} of {total} visible; selector, kind, text):")
-        for el in elements:
-            bits = [el["selector"], el["kind"]]
+            lines.append(f"Interactive elements ({len(elements)} of {total} visible; [index] selector, kind, text):")
+        for i, el in enumerate(elements, start=1):
+            bits = [f"[{i}]", el["selector"], el["kind"]]
             if el.get("text"):
                 bits.append(repr(el["text"]))
             for key in ("href", "name", "placeholder", "value"):
@@ -717,6 +720,16 @@ class Browser(Environment):
         sel = selector.strip()
         if not sel:
             raise EnvironmentFailure("the selector is empty; use a selector from the state or the element's text")
+        index = _INDEX.match(sel)
+        if index is not None:  # an element's index in the state's list
+            number = int(index.group(1))
+            if number not in self._indexes:
+                shown = f"[1]–[{len(self._indexes)}]" if self._indexes else "none"
+                raise EnvironmentFailure(
+                    f"there is no element [{number}] on {page.url}: the state lists elements {shown}"
+                    " (indexes change after each action; use one from the latest state)"
+                )
+            sel = self._indexes[number]
         if _ENGINE.match(sel):
             candidates = [page.locator(sel)]
         else:
@@ -866,7 +879,7 @@ class Browser(Environment):
         """Click an element, found by CSS selector or, failing that, by its visible text.
 
         Args:
-            selector: A selector from the state's element list (e.g. "#submit" or '[data-tea="3"]'),
+            selector: An element's index from the state's list (e.g. "3"), its selector (e.g. "#submit"),
                 any CSS selector, or the visible text of a link or button (e.g. "Sign in").
         """
 
@@ -888,8 +901,8 @@ class Browser(Environment):
         """Type text into a field (replacing what it holds), found by selector, label, placeholder or text.
 
         Args:
-            selector: A selector from the state's element list (e.g. "#q"), any CSS selector, or the field's
-                label or placeholder text.
+            selector: An element's index from the state's list (e.g. "3"), its selector (e.g. "#q"), any CSS
+                selector, or the field's label or placeholder text.
             text: The text to put in the field.
             press_enter: Press Enter afterwards (submits most search boxes and forms).
         """

@@ -951,6 +951,9 @@ def register_evolution_agents(
             mem2evolve,
         ),
     ]
+    rebuild = {"kind": "evolution", "config": {"model": model, "approval": approval, **options}}
+    for card, _ in cards:  # another process rebuilds both from either card (agents.kinds.build)
+        card.metadata = {**card.metadata, **rebuild}
     return [ws.agents.register(card, runtime=runner, note="evolution agent") for card, runner in cards]
 
 

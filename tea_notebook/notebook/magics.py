@@ -13,6 +13,7 @@ import contextvars
 import shlex
 import string
 import textwrap
+from pathlib import Path
 from typing import Any, Callable
 
 from IPython.core.error import UsageError
@@ -318,7 +319,15 @@ class TeaMagics(Magics):
 
     # -- %%agent --------------------------------------------------------------------------
     @magic_arguments()
-    @argument("agent", nargs="?", default="agent", help="agent name (registered ones keep their settings)")
+    @argument(
+        "agent",
+        nargs="?",
+        default="agent",
+        help="agent name (registered ones keep their settings); researcher, analyzer, browser_use and orchestra "
+        "build the AgentOrchestra specialists on first use",
+    )
+    @argument("--kind", help="build a new agent of this kind: agent, researcher, analyzer, browser_use, orchestra")
+    @argument("--file", action="append", default=[], help="attach a file to the run (repeatable)")
     @argument("--model", help="litellm model name, or tea/test, tea/demo, tea/replay:PATH")
     @argument("--max-steps", type=int, help="step limit")
     @argument("--tools", help="comma-separated tool names to offer")
@@ -351,15 +360,17 @@ class TeaMagics(Magics):
             options["tools"] = [t.strip() for t in args.tools.split(",") if t.strip()]
         if args.env:
             options["envs"] = args.env
-        from tea_notebook.runtime.agent import Agent
-
         try:
-            if args.agent not in ws.agents:
-                ws.agent(args.agent)  # the agent's card; this cell's options apply to this run only
-            agent = Agent.from_record(ws, args.agent, **options)
-        except (TeaError, ValueError) as exc:
+            agent = _agent_for(ws, args.agent, args.kind, options)
+        except (TeaError, ValueError, TypeError) as exc:
             raise UsageError(str(exc)) from None
-        result = self._run(agent, task, args.model or self.default_model, quiet=args.quiet, grants=args.grant)
+        files = [str(Path(f).expanduser().resolve()) for f in args.file]
+        missing = [f for f in files if not Path(f).is_file()]
+        if missing:
+            raise UsageError(f"--file: no such file {', '.join(missing)}")
+        result = self._run(
+            agent, task, args.model or self.default_model, quiet=args.quiet, grants=args.grant, files=files
+        )
         if args.out:
             self.shell.user_ns[args.out] = result
         if result.status == "error":
@@ -378,10 +389,18 @@ class TeaMagics(Magics):
         except (ValueError, KeyError, IndexError, AttributeError) as exc:
             raise UsageError(f"--interpolate: {exc} (write {{{{ and }}}} for literal braces)") from None
 
-    def _run(self, agent: Any, task: str, model: str | None, quiet: bool, grants: list[str] | None = None) -> Any:
+    def _run(
+        self,
+        agent: Any,
+        task: str,
+        model: str | None,
+        quiet: bool,
+        grants: list[str] | None = None,
+        files: list[str] | None = None,
+    ) -> Any:
         return self._drive(
             agent.workspace,
-            lambda ctx: agent.run(task, model=model, context=ctx, grants=list(grants or ())),
+            lambda ctx: agent.run(task, files or None, model=model, context=ctx, grants=list(grants or ())),
             quiet=quiet,
         )
 
@@ -411,6 +430,27 @@ class TeaMagics(Magics):
             if view is not None:
                 view.close(final=view.summary())  # the full result is the cell's value just below
         return result
+
+
+def _agent_for(ws: Any, name: str, kind: str | None, options: dict[str, Any]) -> Any:
+    """The agent ``%%agent NAME`` runs: a registered one (this cell's options apply to this run
+    only), a new one of ``--kind``, a specialist by its shortcut name, or a new plain agent."""
+    from tea_notebook.agents.kinds import SHORTCUTS, build, make
+
+    if kind is None and name not in ws.agents and name in SHORTCUTS:
+        kind, name = SHORTCUTS[name]
+    if name not in ws.agents:
+        make(ws, kind or "agent", name)  # the agent's card, with the kind's own settings
+    rec = ws.agents.get(name)
+    registered = rec.metadata.get("kind") or "agent"
+    if kind is not None and registered != kind:
+        raise TeaError(f"agent {name!r} is registered as a {registered}, not a {kind}")
+    if rec.metadata.get("kind") in ("researcher", "analyzer") and options:
+        unusable = sorted(set(options) - {"max_steps"})
+        if unusable:
+            raise TeaError(f"--{unusable[0].replace('_', '-')} does not apply to the {rec.metadata['kind']} (a workflow)")
+        options = {"max_rounds": options["max_steps"]}
+    return build(ws, name, **options)
 
 
 def _split(tail: str) -> list[str]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import inspect
-from typing import Any
+from typing import Any, Callable
 
 from tea_notebook._threads import SYNC_THREADS, run_sync_call
 from tea_notebook.errors import NotFoundError
@@ -30,7 +30,13 @@ AGENT_TASK_SCHEMA: dict[str, Any] = {
 class AgentRegistry(Registry[AgentRecord]):
     """Agents. ``register(record, runtime=runner)`` attaches ``runner(task, files=[...])`` (sync or
     async; with a ``context`` parameter it also receives the caller's run context) that runs the
-    agent in this process. :class:`tea_notebook.runtime.agent.Agent` registers itself this way."""
+    agent in this process. :class:`tea_notebook.runtime.agent.Agent` registers itself this way.
+
+    ``restorer(name)``, handed down by the workspace, rebuilds the runner of a stored card that has
+    none in this process (after a kernel restart), or returns None when the card cannot say how.
+    """
+
+    restorer: Callable[[str], Any] | None = None
 
     def _describe_extra(self, record: AgentRecord) -> list[str]:
         out = [f"role: {record.role}"] if record.role else []
@@ -92,12 +98,24 @@ class AgentRegistry(Registry[AgentRecord]):
         """Synchronous :meth:`ainvoke`."""
         return self._sync_invoke(self.ainvoke(name, task, files, context))
 
-    def _runner_call(self, name: str, context: Context | None):
+    def _runner(self, name: str) -> tuple[Any, str]:
+        """The agent's runner (rebuilt from its card when needed), or None and why not."""
         runner = self._runtimes.get(name)
+        if runner is None and self.restorer is not None:
+            try:
+                runner = self.restorer(name)
+            except Exception as exc:  # noqa: BLE001 - the card's settings no longer work here
+                return None, f"agent {name!r} could not be rebuilt from its card: {type(exc).__name__}: {exc}"
+            if runner is not None:
+                self._runtimes[name] = runner
+        return runner, f"agent {name!r} has no runner in this process"
+
+    def _runner_call(self, name: str, context: Context | None):
+        runner, missing = self._runner(name)
 
         def call(args: dict[str, Any]) -> Any:
             if runner is None:
-                raise RuntimeError(f"agent {name!r} has no runner in this process")
+                raise RuntimeError(missing)
             kwargs = dict(args)
             if context is not None and "context" in inspect.signature(runner).parameters:
                 kwargs["context"] = context  # nested runs hang under the caller's run

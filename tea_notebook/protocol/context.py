@@ -25,6 +25,8 @@ class Context:
         self.root: str = parent.root if parent is not None else self.id
         # permissions granted by the person for this run tree (e.g. "kernel.write")
         self.grants: set[str] = parent.grants if parent is not None else set()
+        # files the person attached to the root run: what a sub-agent may read outside the run folder
+        self.attachments: set[str] = parent.attachments if parent is not None else set()
         self.is_run = False
         self._bound: dict[str, list[str]] = {}
         self._state: dict[str, dict[str, Any]] = {}

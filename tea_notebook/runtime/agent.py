@@ -184,6 +184,7 @@ class Agent:
         system_prompt: str | None = None,
         client: ModelClient | None = None,
         role: str = "",
+        kind: str = "agent",
         register: bool = True,
     ):
         if tool_mode not in ("auto", "native", "json"):
@@ -217,7 +218,7 @@ class Agent:
                 max_steps=max_steps,
                 relations=[{"type": "delegates_to", "target": a} for a in self.sub_agents],
                 origin="runtime",
-                metadata={"config": self._config()},
+                metadata={"kind": kind, "config": self._config()},
             )
             workspace.agents.register(record, runtime=self._runner)
 
@@ -317,7 +318,8 @@ class _Run(RunLog):
     ):
         resolved, source = agent.resolved_model(model)
         super().__init__(agent.workspace, agent.name, task, resolved, source, parent)
-        self.agent, self.files, self.max_steps = agent, files, max_steps
+        self.agent, self.max_steps = agent, max_steps
+        self.files = self.attach(files) if files else []
         self.todo = TodoList(self.folder / "todo.md") if agent.todo else None
         self.steps: list[StepRecord] = list(replay or [])
         self.last_step = len(self.steps)

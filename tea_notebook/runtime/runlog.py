@@ -8,8 +8,10 @@ shows in the live view and in ``ws.trajectory`` like any agent run.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tea_notebook.errors import TeaError
@@ -43,6 +45,7 @@ class RunLog:
         if self.parent_run is None:
             self.ctx.root = self.run_id
             self.ctx.grants = set(parent.grants) if parent is not None else set()
+            self.ctx.attachments = set()
         self.folder = ws.path / "runs" / self.run_id
         self.prompt_tokens = self.completion_tokens = 0
         self.cost = 0.0
@@ -51,6 +54,14 @@ class RunLog:
         """One event of this run."""
         payload = {"root_run": self.ctx.root, "agent": self.agent_name, **(data or {})}
         self.events.emit(self.run_id, type_, payload, parent_id=self.parent_run, step=step, flush=type_ in DURABLE)
+
+    def attach(self, files: list[str]) -> list[str]:
+        """Absolute paths of ``files``; at the root of a run tree (a person's call) they become the
+        tree's attachments, the only files outside run folders that its agents may read."""
+        paths = [str(Path(f).expanduser().resolve()) for f in files if isinstance(f, str) and f.strip()]
+        if self.parent_run is None:
+            self.ctx.attachments.update(paths)
+        return paths
 
     def start(self, *, fork: tuple[str, int] | None = None, **started: Any) -> None:
         """Record the run and emit ``run_started`` (with ``started`` fields)."""
@@ -145,7 +156,7 @@ class Process(RunLog):
         if self._result is None:
             if exc is None:
                 self._result = ("success", "", None)
-            elif isinstance(exc, RunInterrupted):
+            elif isinstance(exc, (RunInterrupted, asyncio.CancelledError)):
                 self._result = ("interrupted", "", "stopped by the user")
             else:
                 self.emit("error", {"kind": type(exc).__name__, "message": str(exc)})
@@ -166,14 +177,27 @@ class Process(RunLog):
         self, name: str, args: dict[str, Any] | None, observation: str, *, thinking: str = "", ok: bool = True
     ) -> int:
         """Record one stage as a step whose single action is ``name(args) -> observation``."""
-        self.steps += 1
         shown = observation if ok else f"Error: {observation}"
+        return self.record([(name, args, shown)], thinking=thinking)
+
+    def record(
+        self,
+        actions: list[tuple[str, dict[str, Any] | None, str]],
+        *,
+        thinking: str = "",
+        evaluation: str = "",
+        memory: str = "",
+        next_goal: str = "",
+    ) -> int:
+        """Record one step made of several ``(name, args, observation)`` actions (a research round:
+        its searches, the pages read, the evidence); an observation starting "Error" shows as failed."""
+        self.steps += 1
         data = {
             "thinking": thinking,
-            "evaluation": "",
-            "memory": "",
-            "next_goal": "",
-            "results": [[name, json.dumps(redact(args or {}), ensure_ascii=False), shown]],
+            "evaluation": evaluation,
+            "memory": memory,
+            "next_goal": next_goal,
+            "results": [[n, json.dumps(redact(a or {}), ensure_ascii=False), obs] for n, a, obs in actions],
         }
         self.emit("step", data, self.steps)
         return self.steps

@@ -1,0 +1,211 @@
+"""What the workflow agents share (AgentOrchestra §4.2: the specialists are "custom workflows", not
+ReAct loops): an ACP card that rebuilds them in any process, a recorded run per task, model calls
+that must answer in JSON (sent back once with the error when they do not), and the ACP runner.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from tea_notebook._sync import run_sync
+from tea_notebook.models.client import ModelClient, ModelError, resolve_model
+from tea_notebook.protocol.context import Context
+from tea_notebook.protocol.records import AgentRecord
+from tea_notebook.runtime.agent import RunResult, _parse_json_object
+from tea_notebook.runtime.runlog import Process, RunInterrupted
+
+if TYPE_CHECKING:
+    from tea_notebook.workspace import Workspace
+
+
+class Budget:
+    """Wall-time and token limits of one run; ``over()`` says which is spent, or None."""
+
+    def __init__(self, proc: Process, seconds: float | None, tokens: int | None):
+        self.proc, self.seconds, self.tokens = proc, seconds, tokens
+        self.started = time.monotonic()
+
+    def over(self) -> str | None:
+        if self.seconds is not None and time.monotonic() - self.started > self.seconds:
+            return f"the time budget of {self.seconds:g} s is spent"
+        used = self.proc.prompt_tokens + self.proc.completion_tokens
+        if self.tokens is not None and used >= self.tokens:
+            return f"the token budget of {self.tokens:,} is spent ({used:,} used)"
+        return None
+
+
+class WorkflowAgent:
+    """Base class of the specialist workflow agents. Subclasses set ``kind`` and implement ``_work``.
+
+    The agent is registered in ACP under ``name`` (kind and settings in the card's metadata), so a
+    planner can delegate to it through A2T and another process can rebuild it with
+    :func:`tea_notebook.agents.kinds.build`.
+    """
+
+    kind: ClassVar[str] = ""
+    role: ClassVar[str] = ""
+    default_description: ClassVar[str] = ""
+    capabilities: ClassVar[list[str]] = []
+
+    def __init__(
+        self,
+        workspace: "Workspace",
+        name: str,
+        *,
+        model: str | None = None,
+        description: str | None = None,
+        client: ModelClient | None = None,
+        register: bool = True,
+    ):
+        self.workspace, self.name, self.model = workspace, name, model
+        self.description = description or self.default_description
+        self.client = client or ModelClient()
+        self._register = register
+
+    def _config(self) -> dict[str, Any]:
+        """JSON settings that rebuild the agent (subclasses add theirs)."""
+        return {}
+
+    def _publish(self) -> None:
+        """Register the card (call at the end of a subclass's ``__init__``)."""
+        if not self._register:
+            return
+        self.workspace._live_agents[self.name] = self
+        record = AgentRecord(
+            name=self.name,
+            description=self.description,
+            role=self.role,
+            model=self.model,
+            capabilities=list(self.capabilities),
+            max_steps=self._max_steps(),
+            origin="runtime",
+            metadata={"kind": self.kind, "config": self._config()},
+        )
+        self.workspace.agents.register(record, runtime=self._runner)
+
+    def _max_steps(self) -> int:
+        return 0
+
+    def resolved_model(self, explicit: str | None = None) -> tuple[str, str]:
+        """The model this agent would use, and why."""
+        return resolve_model(explicit, self.model, self.workspace.default_model)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r}, model={self.resolved_model()[0]!r})"
+
+    # -- running ----------------------------------------------------------------------------------
+    async def run(
+        self,
+        task: str,
+        files: list[str] | None = None,
+        *,
+        model: str | None = None,
+        context: Context | None = None,
+        grants: list[str] | tuple[str, ...] = (),
+    ) -> RunResult:
+        """Run the workflow on ``task``. Never raises for the task's own failures: see ``status``."""
+        proc = Process(self.workspace, self.name, task, model=model or self.model, context=context, client=self.client)
+        proc.ctx.grants.update(grants)
+        outcome: dict[str, Any] = {"files": []}
+        async with proc:
+            attached = proc.attach(list(files or []))
+            try:
+                status, answer, out_files = await self._work(proc, task, attached)
+                outcome["files"] = out_files
+                proc.finish(status, answer, None if status in ("success", "failed") else answer)
+            except ModelError as exc:
+                proc.emit("error", {"kind": "model", "message": str(exc)})
+                proc.finish("error", "", str(exc))
+            except RunInterrupted:
+                proc.finish("interrupted", "", "stopped by the user")
+        status, answer, error = proc._result or ("error", "", "no result")
+        await self._release(proc)
+        return RunResult(
+            proc.run_id,
+            self.name,
+            task,
+            proc.model,
+            status,
+            answer or (error or ""),
+            proc.steps,
+            proc.prompt_tokens,
+            proc.completion_tokens,
+            proc.cost,
+            outcome["files"],
+            error,
+            self.workspace,
+        )
+
+    async def _release(self, proc: Process) -> None:
+        """A root run's environment sessions (browser, sandboxes) end with it."""
+        if proc.ctx.root == proc.run_id and self.workspace.envs.sessions():
+            await self.workspace.envs.arelease(proc.run_id)
+
+    def run_sync(self, task: str, files: list[str] | None = None, **kwargs: Any) -> RunResult:
+        """:meth:`run` from synchronous code, also inside a running event loop (a notebook cell)."""
+        return run_sync(self.run(task, files, **kwargs))
+
+    async def _runner(self, task: str, files: list[str] | None = None, context: Context | None = None) -> str:
+        """ACP runner: a nested run under the caller's; its answer, or an error."""
+        result = await self.run(task, files, context=context)
+        if result.status in ("error", "interrupted"):
+            raise RuntimeError(
+                f"sub-agent {self.name} ended with status {result.status}: {result.error or result.answer}"
+            )
+        if result.success:
+            return result.answer
+        return f"(sub-agent {self.name} did not succeed: {result.status}) {result.answer}"
+
+    async def _work(self, proc: Process, task: str, files: list[str]) -> tuple[str, str, list[str]]:
+        """The workflow: ``(status, answer, files to show)``."""
+        raise NotImplementedError
+
+
+async def ask_json(
+    proc: Process,
+    system: str,
+    user: str,
+    stage: str,
+    *,
+    required: tuple[str, ...] = (),
+    retries: int = 1,
+    image: str | None = None,
+) -> dict[str, Any] | None:
+    """Ask the run's model for a JSON object with the ``required`` keys. A reply that is not one is
+    sent back with what was wrong (``retries`` times); then None, recorded as a model-output error."""
+    content: Any = user
+    if image is not None:
+        content = [{"type": "text", "text": user}, {"type": "image_url", "image_url": {"url": image}}]
+    messages: list[dict[str, Any]] = [{"role": "system", "content": system}, {"role": "user", "content": content}]
+    problem = ""
+    for _attempt in range(retries + 1):
+        reply = await proc.complete(messages, stage)
+        text = reply.content or ""
+        try:
+            data = _parse_json_object(text)
+            missing = [k for k in required if k not in data]
+            if not missing:
+                return data
+            problem = f"the JSON object lacks {', '.join(repr(k) for k in missing)}"
+        except (ValueError, json.JSONDecodeError) as exc:
+            problem = f"the reply is not a JSON object ({exc})"
+        messages += [
+            {"role": "assistant", "content": text},
+            {"role": "user", "content": f"Error: {problem}. Answer again with ONLY the JSON object described above."},
+        ]
+    proc.emit("error", {"kind": "model_output", "message": f"{stage}: {problem}", "consecutive": retries + 1})
+    return None
+
+
+def as_list(value: Any, limit: int = 20) -> list[str]:
+    """A model's list field as clean strings (a single string becomes a one-item list)."""
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list):
+        return []
+    return [str(v).strip() for v in value if str(v).strip()][:limit]
+
+
+__all__ = ["Budget", "WorkflowAgent", "as_list", "ask_json"]
