@@ -6,6 +6,7 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh" lab
 ensure_bubblewrap
+ensure_browser  # the orchestra tutorial drives a browser
 cd "$ROOT"
 if [ "${1:-}" = "--headless" ]; then
     exec "$VENV/bin/tea" notebooks --headless --out docs/_run

@@ -185,10 +185,10 @@ class _Analysis:
                 self.problems.append(f"stopped early: {reason}")
                 break
             self.proc.check_stop()
-            new = await self._round(round_no)
+            await self._round(round_no)
             if self.reduced.get("complete") is True:
                 break
-            if not new:
+            if not self._unread():  # every chunk has been read: another round would find nothing new
                 break
         return self._answer()
 
@@ -276,15 +276,20 @@ class _Analysis:
         )
         return bool(found)
 
-    def _pick(self, focus: str) -> list[tuple[str, str, tuple[str, int]]]:
-        """The chunks to read this round: all unread ones when they fit ``max_chunks``, else the ones
-        that match the focus best (BM25), in document order."""
+    def _unread(self) -> list[tuple[str, str, tuple[str, int]]]:
+        """The chunks no round has read yet, in document order."""
         pool = []
         for doc in self.documents:
             for i, (ref, text) in enumerate(doc.chunks(self.agent.chunk_chars)):
                 key = (doc.sha256 + doc.name, i)
                 if key not in self.done_chunks:
                     pool.append((ref, text, key))
+        return pool
+
+    def _pick(self, focus: str) -> list[tuple[str, str, tuple[str, int]]]:
+        """The chunks to read this round: all unread ones when they fit ``max_chunks``, else the ones
+        that match the focus best (BM25), in document order."""
+        pool = self._unread()
         if len(pool) <= self.agent.max_chunks:
             return pool
         index = KeywordIndex()
@@ -303,7 +308,7 @@ class _Analysis:
             async with gate:
                 self.proc.check_stop()
                 user = f'<task>\n{task}\n</task>\n\n<excerpt ref="{ref}">\n{text}\n</excerpt>'
-                image = self.images.get(ref.split(",")[0])
+                image = self.images.get(ref.rsplit(", ", 1)[0])  # "<name>, whole document" (names may hold commas)
                 data = await ask_json(self.proc, MAP_PROMPT, user, "map", required=("findings",), image=image) or {}
             out = []
             for item in data.get("findings") or []:

@@ -61,6 +61,8 @@ def build(ws: "Workspace", name: str, **overrides: Any) -> Any:
     config = dict(rec.metadata.get("config") or {})
     if kind in ("researcher", "analyzer"):
         config.update(overrides)
+        if live is not None and kind == "researcher" and "engines" not in overrides:
+            config["engines"] = list(live.engines)  # a user engine object may not rebuild from its spec string
         config.setdefault("model", rec.model)
         config.setdefault("description", rec.description)
         return make(ws, kind, name, register=False, **config)

@@ -69,6 +69,26 @@ def _image(path, name):
     return "\n".join(lines)
 
 
+def _decode(raw):
+    """Text in UTF-8, else in the encoding charset_normalizer (a markitdown dependency) detects —
+    when there is enough text to tell; a short text falls back to Windows-1252, the usual legacy one."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        pass
+    try:
+        if len(raw) < 2048:
+            raise ImportError  # too little text for detection to beat the common case
+        from charset_normalizer import from_bytes
+
+        best = from_bytes(raw).best()
+        if best is not None:
+            return str(best)
+    except ImportError:
+        pass
+    return raw.decode("cp1252", "replace")
+
+
 def _one(path, name):
     """``(kind, markdown)`` of one file; raises with a readable message when it cannot be read."""
     suffix = os.path.splitext(name)[1].lower()
@@ -79,7 +99,7 @@ def _one(path, name):
             raw = fh.read()
         if b"\0" in raw[:4096]:
             raise ValueError("it looks like binary data, not text")
-        return "text", raw.decode("utf-8", "replace")
+        return "text", _decode(raw)
     if suffix and suffix not in KNOWN:
         raise ValueError("the %s format is not supported" % suffix)
     with open(path, "rb") as fh:
@@ -93,15 +113,27 @@ def _one(path, name):
         with open(path, "rb") as fh:
             encrypted = b"/Encrypt" in fh.read()
     try:
-        result = _markitdown().convert(path)
+        converter = _markitdown()
+    except ImportError as exc:  # not the file's fault: say so rather than call it corrupt
+        raise RuntimeError("markitdown cannot be imported by the sandbox's interpreter (%s)" % exc) from None
+    try:
+        result = converter.convert(path)
     except Exception as exc:  # noqa: BLE001 - markitdown raises per-format errors
-        message = str(exc).strip().splitlines()
+        # markitdown says "File conversion failed after 1 attempts:" and puts each converter's own
+        # error ("PdfConverter threw PDFSyntaxError with message: ...") on the lines below it
+        message = [line.strip().lstrip("- ").strip() for line in str(exc).splitlines()]
+        message = [line for line in message if line]
+        if len(message) > 1 and message[0].startswith("File conversion failed"):
+            message = message[1:]
         cause = exc.__cause__ or exc.__context__
         detail = "%s: %s" % (type(cause).__name__, cause) if cause is not None else ""
-        text = message[0] if message else type(exc).__name__
+        text = "; ".join(message) if message else type(exc).__name__
         if encrypted or "password" in (text + detail).lower() or "encrypt" in (text + detail).lower():
             raise ValueError("the file is password-protected (encrypted)") from None
-        raise ValueError("%s%s" % (text[:300], (" (" + detail[:200] + ")") if detail else "")) from None
+        raise ValueError(
+            "the %s file is corrupt or cannot be read: %s%s"
+            % (suffix.lstrip(".").upper() or "text", text[:300], (" (" + detail[:200] + ")") if detail else "")
+        ) from None
     markdown = result.text_content or ""
     if encrypted and not markdown.strip():
         raise ValueError("the PDF is encrypted (password-protected) and gave no text")

@@ -223,8 +223,12 @@ class DocumentConverter:
             entry = json.loads(self._cache_path(sha, suffix).read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return None
-        if entry.get("format") != CACHE_FORMAT or entry.get("markitdown") != self._version:
-            return None
+        if (entry.get("format"), entry.get("markitdown"), entry.get("converter")) != (
+            CACHE_FORMAT,
+            self._version,
+            self._hash,
+        ):
+            return None  # made by another markitdown or another version of our converter
         return entry
 
     def _store(self, sha: str, suffix: str, result: dict[str, Any]) -> None:
@@ -232,7 +236,10 @@ class DocumentConverter:
         target = self._cache_path(sha, suffix)
         tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
         tmp.write_text(
-            json.dumps({"format": CACHE_FORMAT, "markitdown": self._version, **result}, ensure_ascii=False),
+            json.dumps(
+                {"format": CACHE_FORMAT, "markitdown": self._version, "converter": self._hash, **result},
+                ensure_ascii=False,
+            ),
             encoding="utf-8",
         )
         os.replace(tmp, target)

@@ -448,7 +448,8 @@ def _agent_for(ws: Any, name: str, kind: str | None, options: dict[str, Any]) ->
     if rec.metadata.get("kind") in ("researcher", "analyzer") and options:
         unusable = sorted(set(options) - {"max_steps"})
         if unusable:
-            raise TeaError(f"--{unusable[0].replace('_', '-')} does not apply to the {rec.metadata['kind']} (a workflow)")
+            flag = unusable[0].replace("_", "-")
+            raise TeaError(f"--{flag} does not apply to the {rec.metadata['kind']} (a workflow agent)")
         options = {"max_rounds": options["max_steps"]}
     return build(ws, name, **options)
 
