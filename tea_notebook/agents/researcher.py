@@ -406,10 +406,10 @@ class _Research:
         data = await ask_json(self.proc, REPORT_PROMPT, user, "report", required=("report",)) or {}
         body = str(data.get("report") or self.check.get("summary") or "").strip()
         answer = str(data.get("answer") or self.check.get("answer") or "").strip()
-        body, cited, problems = self.verify(body)
         confidence = str(data.get("confidence") or self.check.get("confidence") or "unknown")
-        sources = "\n".join(f"[{s.number}] {s.title} — {s.url}" for s in self.sources if s.number in cited)
         report = f"**Answer:** {answer}\n\n{body}\n\n**Confidence:** {confidence}" if answer else body
+        report, cited, problems = self.verify(report)  # the short answer's citations are checked too
+        sources = "\n".join(f"[{s.number}] {s.title} — {s.url}" for s in self.sources if s.number in cited)
         if sources:
             report += f"\n\n**Sources**\n{sources}"
         if problems:
@@ -442,15 +442,19 @@ class _Research:
         problems = []
         if bad_numbers:
             problems.append(
-                f"the report cited {', '.join(f'[{n}]' for n in sorted(set(bad_numbers)))}, which "
+                f"The report cited {', '.join(f'[{n}]' for n in sorted(set(bad_numbers)))}, which "
                 f"{'is not a page' if len(set(bad_numbers)) == 1 else 'are not pages'} read in this run: removed."
             )
         unread = sorted({u.rstrip(".,;") for u in _URL.findall(text)} - read_urls)
-        for url in unread:
-            text = text.replace(url, f"{url} (not read in this run)")
+
+        def mark(match: re.Match) -> str:  # whole URLs only: an unread URL may be a prefix of a read one
+            url = match.group(0).rstrip(".,;")
+            return f"{url} (not read in this run){match.group(0)[len(url) :]}" if url in unread else match.group(0)
+
+        text = _URL.sub(mark, text)
         if unread:
             problems.append(
-                f"the report links {len(unread)} page(s) never read in this run: {', '.join(unread)} (marked)."
+                f"The report links {len(unread)} page(s) never read in this run: {', '.join(unread)} (marked)."
             )
         if problems:
             self.proc.emit("error", {"kind": "citation", "message": " ".join(problems)})

@@ -696,6 +696,8 @@ class Browser(Environment):
             for key in ("href", "name", "placeholder", "value"):
                 if el.get(key):
                     bits.append(f"{key}={el[key]!r}")
+            if "checked" in el:  # a checkbox or radio button
+                bits.append("checked" if el["checked"] else "not checked")
             line = "  " + " ".join(bits)
             if sum(len(x) + 1 for x in lines) + len(line) > MAX_STATE_CHARS - 40:
                 lines.append("  … (more elements; scroll or extract to see them)")
@@ -898,20 +900,24 @@ class Browser(Environment):
 
     @action
     async def input(self, selector: str, text: str, press_enter: bool = False) -> str:
-        """Type text into a field (replacing what it holds), found by selector, label, placeholder or text.
+        """Type text into a field (replacing what it holds), or choose the option of a drop-down (select) whose
+        text or value is ``text``; the field is found by selector, label, placeholder or text.
 
         Args:
             selector: An element's index from the state's list (e.g. "3"), its selector (e.g. "#q"), any CSS
                 selector, or the field's label or placeholder text.
-            text: The text to put in the field.
+            text: The text to put in the field (for a drop-down: the option's text or value).
             press_enter: Press Enter afterwards (submits most search boxes and forms).
         """
 
         async def work(page: "Page") -> str:
             loc = await self._find(page, selector, fillable=True)
             what = await self._describe(loc)
-            await loc.fill(text, timeout=self._left(self.op_timeout) * 1000)
-            out = f"Typed {text[:80]!r} into {what}"
+            if await loc.evaluate("(el) => el.tagName === 'SELECT'", timeout=self._left(1.0) * 1000):
+                out = f"Chose {await self._choose(loc, text, what)!r} in {what}"
+            else:
+                await loc.fill(text, timeout=self._left(self.op_timeout) * 1000)
+                out = f"Typed {text[:80]!r} into {what}"
             if press_enter:
                 opened = await self._arm_popup(page)
                 await loc.press("Enter", timeout=self._left(self.op_timeout) * 1000)
@@ -923,6 +929,25 @@ class Browser(Environment):
             return out + "."
 
         return await self._run(work)
+
+    async def _choose(self, loc: "Locator", text: str, what: str) -> str:
+        """Select the drop-down's option whose text (else value; else either, ignoring case) is ``text``."""
+        options = await loc.evaluate(
+            "(el) => [...el.options].map((o) => [o.value, o.text.replace(/\\s+/g, ' ').trim()])",
+            timeout=self._left(1.0) * 1000,
+        )
+        want = text.strip()
+        for match in (
+            lambda value, label: label == want,
+            lambda value, label: value == want,
+            lambda value, label: want.lower() in (label.lower(), value.lower()),
+        ):
+            for i, (value, label) in enumerate(options):
+                if match(value, label):
+                    await loc.select_option(index=i, timeout=self._left(self.op_timeout) * 1000)
+                    return label
+        shown = ", ".join(repr(label) for _, label in options[:30]) or "none"
+        raise EnvironmentFailure(f"{what} has no option {text!r}; its options: {shown}")
 
     @action
     async def scroll(

@@ -61,6 +61,7 @@ SNAPSHOT_JS = """
       if (el.name) out.name = el.name;
       if (el.placeholder) out.placeholder = el.placeholder.slice(0, 40);
       if (el.value && !['submit', 'button', 'reset'].includes(el.type)) out.value = String(el.value).slice(0, 40);
+      if (el.type === 'checkbox' || el.type === 'radio') out.checked = el.checked;
     }
     return out;
   });

@@ -217,6 +217,8 @@ class CorpusSearch:
 
     def _refresh(self) -> dict[str, int]:
         counts = {"added": 0, "changed": 0, "removed": 0, "unchanged": 0}
+        if not self.folder.is_dir():  # gone (or unmounted): keep the index rather than empty it
+            raise SearchError(f"corpus folder {self.folder} does not exist or is not a folder")
         self.problems = []
         db = self._connect()
         try:
