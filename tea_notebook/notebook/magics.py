@@ -451,7 +451,10 @@ def _agent_for(ws: Any, name: str, kind: str | None, options: dict[str, Any]) ->
             flag = unusable[0].replace("_", "-")
             raise TeaError(f"--{flag} does not apply to the {rec.metadata['kind']} (a workflow agent)")
         options = {"max_rounds": options["max_steps"]}
-    return build(ws, name, **options)
+    agent = build(ws, name, **options)
+    if not callable(getattr(agent, "run", None)):
+        raise TeaError(f"agent {name!r} ({registered}) runs only as a sub-agent: delegate to it from a planner")
+    return agent
 
 
 def _split(tail: str) -> list[str]:
