@@ -495,13 +495,13 @@ class Researcher:
         suggested = re.findall(r"^- (.+)$", block(user, "suggested_queries"), re.M)
         lead, _ = self._facts(block(user, "findings"))
         queries = suggested or ([f"{lead[0]} born"] if lead else ["Aurora project lead engineer"])
-        return f'{{"queries": {queries!r}}}'.replace("'", '"')
+        return json.dumps({"queries": queries})
 
     def select(self, user):
         picks = [
             int(n) for n, line in re.findall(r"^\[(\d+)\] (.*)$", user, re.M) if re.search(r"(?i)aurora|okafor", line)
         ]
-        return f'{{"read": {picks}}}'
+        return json.dumps({"read": picks})
 
     def extract(self, user):
         evidence = []
@@ -858,7 +858,7 @@ def test_agent_magic_researcher_shortcut(ip, shell_ws, local_web, site):
 
     with pytest.raises(UsageError) as info:
         ip.run_cell_magic("agent", f"deep_researcher --kind analyzer --model {researcher.model.name} --quiet", task)
-    assert "registered as a researcher, not a analyzer" in str(info.value)
+    assert "registered with kind 'researcher', not 'analyzer'" in str(info.value)
     assert shell_ws.agents.get("deep_researcher").metadata["kind"] == "researcher"  # unchanged
 
 

@@ -360,14 +360,14 @@ class TeaMagics(Magics):
             options["tools"] = [t.strip() for t in args.tools.split(",") if t.strip()]
         if args.env:
             options["envs"] = args.env
-        try:
-            agent = _agent_for(ws, args.agent, args.kind, options)
-        except (TeaError, ValueError, TypeError) as exc:
-            raise UsageError(str(exc)) from None
         files = [str(Path(f).expanduser().resolve()) for f in args.file]
         missing = [f for f in files if not Path(f).is_file()]
         if missing:
             raise UsageError(f"--file: no such file {', '.join(missing)}")
+        try:
+            agent = _agent_for(ws, args.agent, args.kind, options)
+        except (TeaError, ValueError, TypeError) as exc:
+            raise UsageError(str(exc)) from None
         result = self._run(
             agent, task, args.model or self.default_model, quiet=args.quiet, grants=args.grant, files=files
         )
@@ -444,7 +444,7 @@ def _agent_for(ws: Any, name: str, kind: str | None, options: dict[str, Any]) ->
     rec = ws.agents.get(name)
     registered = rec.metadata.get("kind") or "agent"
     if kind is not None and registered != kind:
-        raise TeaError(f"agent {name!r} is registered as a {registered}, not a {kind}")
+        raise TeaError(f"agent {name!r} is registered with kind {registered!r}, not {kind!r}")
     if rec.metadata.get("kind") in ("researcher", "analyzer") and options:
         unusable = sorted(set(options) - {"max_steps"})
         if unusable:
