@@ -154,7 +154,10 @@ class _Analysis:
                 rel = path.relative_to(folder)
             except ValueError:
                 continue
-            root = Beneath(folder)  # never leaves the folder, whatever links the run's code planted
+            try:
+                root = Beneath(folder)  # never leaves the folder, whatever links the run's code planted
+            except OSError as exc:
+                raise DocumentError(f"{name}: no such file ({given}: {exc.strerror})") from None
             try:
                 with root.open(rel.as_posix() or ".", "read") as opened:
                     if opened.stat.st_size > self.agent.converter.max_bytes:
