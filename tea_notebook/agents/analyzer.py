@@ -226,18 +226,9 @@ class _Analysis:
         self.proc.record(actions, thinking=f"Converted {len(self.documents)} of {len(self.files)} file(s) to markdown.")
 
     def _sees_images(self) -> bool:
-        if self.agent.vision is not None:
-            return self.agent.vision
-        from tea_notebook.models.client import is_offline
+        from tea_notebook.models.client import takes_images
 
-        if is_offline(self.proc.model):
-            return False
-        try:
-            from tea_notebook.models.client import _litellm
-
-            return bool(_litellm().supports_vision(model=self.proc.model))
-        except Exception:  # noqa: BLE001 - unknown model: text only
-            return False
+        return takes_images(self.proc.model, self.agent.vision)
 
     def _outline(self) -> str:
         lines = []

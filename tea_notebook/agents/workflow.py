@@ -13,7 +13,7 @@ from tea_notebook._sync import run_sync
 from tea_notebook.models.client import ModelClient, ModelError, resolve_model
 from tea_notebook.protocol.context import Context
 from tea_notebook.protocol.records import AgentRecord
-from tea_notebook.runtime.agent import RunResult, _parse_json_object
+from tea_notebook.runtime.agent import RunResult, _parse_json_object, sub_agent_answer
 from tea_notebook.runtime.runlog import Process, RunInterrupted
 
 if TYPE_CHECKING:
@@ -121,7 +121,7 @@ class WorkflowAgent:
             except RunInterrupted:
                 proc.finish("interrupted", "", "stopped by the user")
         status, answer, error = proc._result or ("error", "", "no result")
-        await self._release(proc)
+        await proc.release_sessions()
         return RunResult(
             proc.run_id,
             self.name,
@@ -138,25 +138,13 @@ class WorkflowAgent:
             self.workspace,
         )
 
-    async def _release(self, proc: Process) -> None:
-        """A root run's environment sessions (browser, sandboxes) end with it."""
-        if proc.ctx.root == proc.run_id and self.workspace.envs.sessions():
-            await self.workspace.envs.arelease(proc.run_id)
-
     def run_sync(self, task: str, files: list[str] | None = None, **kwargs: Any) -> RunResult:
         """:meth:`run` from synchronous code, also inside a running event loop (a notebook cell)."""
         return run_sync(self.run(task, files, **kwargs))
 
     async def _runner(self, task: str, files: list[str] | None = None, context: Context | None = None) -> str:
         """ACP runner: a nested run under the caller's; its answer, or an error."""
-        result = await self.run(task, files, context=context)
-        if result.status in ("error", "interrupted"):
-            raise RuntimeError(
-                f"sub-agent {self.name} ended with status {result.status}: {result.error or result.answer}"
-            )
-        if result.success:
-            return result.answer
-        return f"(sub-agent {self.name} did not succeed: {result.status}) {result.answer}"
+        return sub_agent_answer(self.name, await self.run(task, files, context=context))
 
     async def _work(self, proc: Process, task: str, files: list[str]) -> tuple[str, str, list[str]]:
         """The workflow: ``(status, answer, files to show)``."""

@@ -74,6 +74,19 @@ def is_offline(model: str) -> bool:
     return model.startswith("tea/")
 
 
+def takes_images(model: str, override: bool | None = None) -> bool:
+    """Whether to send ``model`` images: ``override`` when set, else what litellm knows of the model
+    (offline and unknown models: no)."""
+    if override is not None:
+        return override
+    if is_offline(model):
+        return False
+    try:
+        return bool(_litellm().supports_vision(model=model))
+    except Exception:  # noqa: BLE001 - unknown model: text only
+        return False
+
+
 def display_name(model: str) -> str:
     """A model name as shown to people: offline ones say that they are scripted or replayed."""
     if model.startswith("tea/replay:"):

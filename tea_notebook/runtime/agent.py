@@ -26,6 +26,7 @@ from tea_notebook.models.client import (
     ToolCall,
     is_offline,
     resolve_model,
+    takes_images,
 )
 from tea_notebook.protocol.context import Context
 from tea_notebook.protocol.records import AgentRecord
@@ -290,16 +291,17 @@ class Agent:
 
     async def _runner(self, task: str, files: list[str] | None = None, context: Context | None = None) -> str:
         """ACP runner: a sub-agent run nested under the caller's run; its answer, or an error."""
-        result = await self.run(task, files, context=context)
-        if result.status in ("error", "interrupted"):
-            raise RuntimeError(
-                f"sub-agent {self.name} ended with status {result.status}: {result.error or result.answer}"
-            )
-        return (
-            result.answer
-            if result.success
-            else f"(sub-agent {self.name} did not succeed: {result.status}) {result.answer}"
-        )
+        return sub_agent_answer(self.name, await self.run(task, files, context=context))
+
+
+def sub_agent_answer(name: str, result: RunResult) -> str:
+    """What a delegating agent reads of a sub-agent's run: its answer, marked when it did not
+    succeed; a run that ended in error or was interrupted raises instead."""
+    if result.status in ("error", "interrupted"):
+        raise RuntimeError(f"sub-agent {name} ended with status {result.status}: {result.error or result.answer}")
+    if result.success:
+        return result.answer
+    return f"(sub-agent {name} did not succeed: {result.status}) {result.answer}"
 
 
 class _Run(RunLog):
@@ -499,16 +501,7 @@ class _Run(RunLog):
         return out
 
     def _sees_images(self) -> bool:
-        if self.agent.vision is not None:
-            return self.agent.vision
-        if is_offline(self.model):
-            return False
-        try:
-            from tea_notebook.models.client import _litellm
-
-            return bool(_litellm().supports_vision(model=self.model))
-        except Exception:  # noqa: BLE001 - unknown model: text only
-            return False
+        return takes_images(self.model, self.agent.vision)
 
     def _actions(self, reply: ModelReply) -> tuple[dict[str, str], list[ToolCall]]:
         """``(thoughts, actions)`` from a reply; raises ValueError with what the model got wrong."""
@@ -643,20 +636,12 @@ class _Run(RunLog):
             self._release_sessions_later()
             raise
         result = self._close(status, answer, error, files)
-        await self._release_sessions()
+        await self.release_sessions()
         return result
-
-    def _owns_sessions(self) -> bool:
-        """A root run's environment sessions end with it (sub-agents share their root's)."""
-        return self.ctx.root == self.run_id and bool(self.ws.envs.sessions())
-
-    async def _release_sessions(self) -> None:
-        if self._owns_sessions():
-            await self.ws.envs.arelease(self.run_id)
 
     def _release_sessions_later(self) -> None:
         """On cancellation: the stop is scheduled on the background loop, not awaited here."""
-        if self._owns_sessions():
+        if self.owns_sessions():
             from tea_notebook._sync import submit
 
             submit(self.ws.envs.arelease(self.run_id))

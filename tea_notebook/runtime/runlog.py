@@ -94,6 +94,15 @@ class RunLog:
             },
         )
 
+    def owns_sessions(self) -> bool:
+        """A root run's environment sessions end with it (sub-runs share their root's)."""
+        return self.ctx.root == self.run_id and bool(self.ws.envs.sessions())
+
+    async def release_sessions(self) -> None:
+        """Stop this run's environment sessions when it is the root of its tree."""
+        if self.owns_sessions():
+            await self.ws.envs.arelease(self.run_id)
+
     def count(self, reply: ModelReply) -> None:
         """Add one model reply to the run's own totals."""
         self.prompt_tokens += reply.prompt_tokens
