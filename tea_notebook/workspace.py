@@ -30,7 +30,10 @@ from tea_notebook.store.database import Database
 
 if TYPE_CHECKING:
     from tea_notebook.agents.analyzer import DeepAnalyzer
+    from tea_notebook.agents.coral import CoralTeam
     from tea_notebook.agents.researcher import DeepResearcher
+    from tea_notebook.agents.toolself import ToolSelfAgent
+    from tea_notebook.agents.training_data import ExportReport
     from tea_notebook.envs.tool_executor import GeneratedToolExecutor
     from tea_notebook.evolve.agent_bank import AgentBank
     from tea_notebook.evolve.experience import ExperienceMemory
@@ -174,6 +177,32 @@ class Workspace:
 
         return make(self, "orchestra", name, model=model, **options)
 
+    def toolself(self, name: str = "toolself", **options: Any) -> "ToolSelfAgent":
+        """A ToolSelf agent: runs in stages and reconfigures its own sub-goal, strategy, toolbox and
+        knowledge by calling ``reconfigure`` (``tools=[...]`` is its global tool pool,
+        ``engine_model=`` the reconfiguration engine's model)."""
+        from tea_notebook.agents.kinds import make
+
+        return make(self, "toolself", name, **options)
+
+    def coral(self, name: str = "coral", **options: Any) -> "CoralTeam":
+        """A CORAL team: an information-flow orchestrator and workers that coordinate only by A2A
+        messages (``workers={"web_agent": "deep_researcher", ...}`` brings registered agents in)."""
+        from tea_notebook.agents.kinds import make
+
+        return make(self, "coral", name, **options)
+
+    def export_training_data(
+        self, runs: Any, path: str | Path, *, format: str = "rft", label: Any = None, overwrite: bool = False
+    ) -> "ExportReport":
+        """Write the agent's and the reconfiguration engine's turns of stored ToolSelf runs as JSONL
+        for fine-tuning (``format="rft"``: chat messages of successful runs; ``"kto"``: prompt,
+        completion and a trajectory-level label). ``label(trajectory) -> bool`` overrides the run's
+        status as the label (a judge). An existing file is kept unless ``overwrite``."""
+        from tea_notebook.agents.training_data import export_training_data
+
+        return export_training_data(self, runs, path, format=format, label=label, overwrite=overwrite)
+
     def runs(self, limit: int = 20) -> list[dict]:
         """Recent top-level runs, newest first."""
         return self.db.runs(limit)
@@ -187,15 +216,22 @@ class Workspace:
     async def fork(
         self, run_id: str, step: int, *, model: str | None = None, agent: "Agent | None" = None
     ) -> "RunResult":
-        """Replay the first ``step`` steps of a run from its events, then continue live (same task)."""
+        """Replay the first ``step`` steps of a run from its events, then continue live (same task).
+        For a CORAL run ``step`` counts messages: the new run starts from the first ``step`` messages."""
+        from tea_notebook.agents.kinds import build
         from tea_notebook.runtime.agent import steps_from_events
 
         row = self.db.run_row(run_id)
         if row is None:
             raise TeaError(f"no run {run_id!r} to fork")
-        from tea_notebook.runtime.agent import Agent
-
-        runner = agent or Agent.from_record(self, row["agent"])
+        runner = agent or build(self, row["agent"])
+        if getattr(runner, "kind", "") == "coral":
+            messages = [m for m in self.trajectory(row["id"]).messages]
+            if len(messages) < step:
+                raise TeaError(f"run {row['id']} has only {len(messages)} messages; cannot fork from message {step}")
+            return await runner.run(row["task"], model=model, _replay=messages[:step], _fork=(row["id"], step))
+        if getattr(runner, "kind", "agent") == "toolself" or not hasattr(runner, "_new_run"):
+            raise TeaError(f"run {row['id']} ({row['agent']}) cannot be forked: forking replays agent-loop steps")
         replay = steps_from_events(self.events.events(row["id"], nested=False), step)
         if len(replay) < step:
             raise TeaError(f"run {row['id']} has only {len(replay)} steps; cannot fork from step {step}")

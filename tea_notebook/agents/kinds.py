@@ -23,8 +23,10 @@ SHORTCUTS = {
     "browser_use": ("browser_use", "browser_use"),
     "browser": ("browser_use", "browser_use"),
     "orchestra": ("orchestra", "orchestra"),
+    "toolself": ("toolself", "toolself"),
+    "coral": ("coral", "coral"),
 }
-KINDS = ("agent", "researcher", "analyzer", "browser_use", "orchestra", "evolution")
+KINDS = ("agent", "researcher", "analyzer", "browser_use", "orchestra", "toolself", "coral", "evolution")
 
 
 def make(ws: "Workspace", kind: str, name: str, **options: Any) -> Any:
@@ -45,6 +47,14 @@ def make(ws: "Workspace", kind: str, name: str, **options: Any) -> Any:
         from tea_notebook.agents.orchestra import make_orchestra
 
         return make_orchestra(ws, name=name, **options)
+    if kind == "toolself":
+        from tea_notebook.agents.toolself import ToolSelfAgent
+
+        return ToolSelfAgent(ws, name, **options)
+    if kind == "coral":
+        from tea_notebook.agents.coral import CoralTeam
+
+        return CoralTeam(ws, name, **options)
     if kind == "agent":
         return ws.agent(name, **options)
     raise TeaError(f"unknown agent kind {kind!r}; kinds: {', '.join(KINDS)}")
@@ -71,6 +81,14 @@ def build(ws: "Workspace", name: str, **overrides: Any) -> Any:
 
         register_evolution_agents(ws, **config)
         return ws.agents.runtime(name)
+    if kind == "toolself":
+        from tea_notebook.agents.toolself import ToolSelfAgent
+
+        return ToolSelfAgent.from_record(ws, name, **overrides)
+    if kind == "coral":
+        from tea_notebook.agents.coral import CoralTeam
+
+        return CoralTeam.from_record(ws, name, **overrides)
     from tea_notebook.runtime.agent import Agent
 
     return Agent.from_record(ws, name, **overrides)

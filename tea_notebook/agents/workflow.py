@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
 from tea_notebook._sync import run_sync
 from tea_notebook.models.client import ModelClient, ModelError, resolve_model
@@ -152,7 +152,7 @@ class WorkflowAgent:
 
 
 async def ask_json(
-    proc: Process,
+    proc: Any,
     system: str,
     user: str,
     stage: str,
@@ -163,20 +163,47 @@ async def ask_json(
 ) -> dict[str, Any] | None:
     """Ask the run's model for a JSON object with the ``required`` keys. A reply that is not one is
     sent back with what was wrong (``retries`` times); then None, recorded as a model-output error."""
+    return (await ask_checked(proc, system, user, stage, required=required, retries=retries, image=image)).data
+
+
+class Checked:
+    """What :func:`ask_checked` got: the accepted object (or None), its raw text, the attempts made
+    and the last problem found."""
+
+    def __init__(self, data: dict[str, Any] | None, text: str, attempts: int, problem: str):
+        self.data, self.text, self.attempts, self.problem = data, text, attempts, problem
+
+
+async def ask_checked(
+    proc: Any,
+    system: str,
+    user: str,
+    stage: str,
+    *,
+    required: tuple[str, ...] = (),
+    check: Callable[[dict[str, Any]], str | None] | None = None,
+    retries: int = 1,
+    image: str | None = None,
+) -> Checked:
+    """:func:`ask_json` with a ``check(data) -> problem or None`` of the content too; every problem
+    (not JSON, a missing key, what ``check`` says) is sent back to the model, at most ``retries`` times.
+    ``proc`` is anything with ``complete(messages, stage)`` and ``emit`` (a Process, a ToolSelf run)."""
     content: Any = user
     if image is not None:
         content = [{"type": "text", "text": user}, {"type": "image_url", "image_url": {"url": image}}]
     messages: list[dict[str, Any]] = [{"role": "system", "content": system}, {"role": "user", "content": content}]
-    problem = ""
-    for _attempt in range(retries + 1):
+    problem, text = "", ""
+    for attempt in range(1, retries + 2):
         reply = await proc.complete(messages, stage)
         text = reply.content or ""
         try:
             data = _parse_json_object(text)
             missing = [k for k in required if k not in data]
-            if not missing:
-                return data
-            problem = f"the JSON object lacks {', '.join(repr(k) for k in missing)}"
+            problem = f"the JSON object lacks {', '.join(repr(k) for k in missing)}" if missing else ""
+            if not problem and check is not None:
+                problem = check(data) or ""
+            if not problem:
+                return Checked(data, text, attempt, "")
         except (ValueError, json.JSONDecodeError) as exc:
             problem = f"the reply is not a JSON object ({exc})"
         messages += [
@@ -184,7 +211,7 @@ async def ask_json(
             {"role": "user", "content": f"Error: {problem}. Answer again with ONLY the JSON object described above."},
         ]
     proc.emit("error", {"kind": "model_output", "message": f"{stage}: {problem}", "consecutive": retries + 1})
-    return None
+    return Checked(None, text, retries + 1, problem)
 
 
 def as_list(value: Any, limit: int = 20) -> list[str]:
@@ -196,4 +223,4 @@ def as_list(value: Any, limit: int = 20) -> list[str]:
     return [str(v).strip() for v in value if str(v).strip()][:limit]
 
 
-__all__ = ["Budget", "WorkflowAgent", "as_list", "ask_json"]
+__all__ = ["Budget", "Checked", "WorkflowAgent", "as_list", "ask_checked", "ask_json"]

@@ -21,7 +21,15 @@ from typing import Any
 
 from tea_notebook.models.client import display_name
 from tea_notebook.runtime.events import Event
-from tea_notebook.runtime.render import _CSS, _esc, _field, header_html, step_html
+from tea_notebook.runtime.render import (
+    _CSS,
+    _esc,
+    _field,
+    header_html,
+    staged_steps_html,
+    step_html,
+    threads_html,
+)
 from tea_notebook.runtime.trajectory import StepView
 
 _KERNEL_FILE = re.compile(r"^kernel-([0-9A-Fa-f]{8}(?:-[0-9A-Fa-f]{4}){3}-[0-9A-Fa-f]{12})\.json$")
@@ -85,6 +93,10 @@ class _RunState:
         self.cost = 0.0
         self.note = ""
         self.staged = False
+        self.stages: list[dict[str, Any]] = []  # ToolSelf
+        self.threads: dict[str, dict[str, Any]] = {}  # CORAL
+        self.messages: list[dict[str, Any]] = []
+        self.timed_actions: list[tuple[float, dict[str, Any]]] = []
 
 
 class LiveView:
@@ -132,12 +144,20 @@ class LiveView:
         run = self.runs.get(e.run_id)
         if run is None:
             return
+        if e.type == "stage":
+            run.stages.append(dict(d))
+        elif e.type == "thread":
+            run.threads.setdefault(d["id"], {}).update(d)
+        elif e.type == "message":
+            run.messages.append({**d, "time": e.time})
         step = run.steps.setdefault(e.step, StepView(e.step)) if e.step is not None else None
         if e.type == "model_response":
             run.tokens += d.get("prompt_tokens", 0) + d.get("completion_tokens", 0)
             run.cost += d.get("cost", 0.0)
         elif e.type == "tool_call" and step is not None:
-            step.actions.append({"id": d["id"], "name": d["name"], "arguments": d["arguments"], "observation": "…"})
+            action = {"id": d["id"], "name": d["name"], "arguments": d["arguments"], "observation": "…"}
+            step.actions.append(action)
+            run.timed_actions.append((e.time, action))
         elif e.type == "tool_result" and step is not None:
             for a in step.actions:
                 if a.get("id") == d["id"]:
@@ -169,11 +189,20 @@ class LiveView:
         out = [f"<div><span class='muted'>task:</span> {_esc(_field(run.task))}</div>"] if depth == 0 else []
         if run.note and depth == 0:
             out.append(f"<div class='muted'>{_esc(_field(run.note))}</div>")
-        out += [step_html(s) for s in steps]
+        out.append(staged_steps_html(run.stages, steps) if run.stages else "".join(step_html(s) for s in steps))
+        conversation = bool(run.messages or run.threads)
+        if conversation:
+            actions: dict[str, list[tuple[float, dict[str, Any]]]] = {}
+            for child in run.children:
+                actions.setdefault(self.runs[child].agent, []).extend(self.runs[child].timed_actions)
+            threads = list(run.threads.values())
+            orchestrator = next((t.get("orchestrator") for t in threads if t.get("orchestrator")), "")
+            out.append(threads_html(threads, run.messages, actions, orchestrator))
         for child in run.children:
             c = self.runs[child]
+            state = "" if conversation else " open"  # a conversation's agents fold under their messages
             out.append(
-                f"<details open><summary>sub-agent <b>{_esc(c.agent)}</b> · {_esc(c.status)} · "
+                f"<details{state}><summary>sub-agent <b>{_esc(c.agent)}</b> · {_esc(c.status)} · "
                 f"{len(c.steps)} steps</summary>{self._run_html(child, depth + 1)}</details>"
             )
         return "".join(out)

@@ -323,10 +323,13 @@ class TeaMagics(Magics):
         "agent",
         nargs="?",
         default="agent",
-        help="agent name (registered ones keep their settings); researcher, analyzer, browser_use and orchestra "
-        "build the AgentOrchestra specialists on first use",
+        help="agent name (registered ones keep their settings); researcher, analyzer, browser_use, orchestra, "
+        "toolself and coral build those agents on first use",
     )
-    @argument("--kind", help="build a new agent of this kind: agent, researcher, analyzer, browser_use, orchestra")
+    @argument(
+        "--kind",
+        help="build a new agent of this kind: agent, researcher, analyzer, browser_use, orchestra, toolself, coral",
+    )
     @argument("--file", action="append", default=[], help="attach a file to the run (repeatable)")
     @argument("--model", help="litellm model name, or tea/test, tea/demo, tea/replay:PATH")
     @argument("--max-steps", type=int, help="step limit")
@@ -445,6 +448,12 @@ def _agent_for(ws: Any, name: str, kind: str | None, options: dict[str, Any]) ->
     registered = rec.metadata.get("kind") or "agent"
     if kind is not None and registered != kind:
         raise TeaError(f"agent {name!r} is registered with kind {registered!r}, not {kind!r}")
+    if registered == "coral" and options:
+        unusable = sorted(set(options) - {"max_steps"})
+        if unusable:
+            raise TeaError(
+                f"--{unusable[0].replace('_', '-')} does not apply to a CORAL team (set its workers instead)"
+            )
     if rec.metadata.get("kind") in ("researcher", "analyzer") and options:
         unusable = sorted(set(options) - {"max_steps"})
         if unusable:

@@ -461,15 +461,23 @@ def argument_problems(validator: Any, args: Any) -> list[ArgumentProblem]:
     return [p for _, p in out]
 
 
+def arguments_problem(schema: dict[str, Any], args: Any) -> str | None:
+    """One message naming every way ``args`` breaks ``schema`` (a JSON Schema), or None when valid."""
+    from jsonschema import Draft202012Validator
+
+    if not isinstance(args, dict):
+        return not_an_object(schema, args).message
+    problems = argument_problems(Draft202012Validator(schema), args)
+    return validation_error(problems)["message"] if problems else None
+
+
 def not_an_object(schema: dict[str, Any] | None, args: Any) -> ArgumentProblem:
     """The problem of arguments that are not a JSON object at all (a list, a string, a number)."""
     names = list((schema or {}).get("properties", {}))
     listed = _clip(", ".join(names[:12]) + (", …" if len(names) > 12 else ""), 160)
     shape = f" with the named arguments {listed}" if names else ""
     got = describe_value(args)
-    return ArgumentProblem(
-        "(arguments)", "object", got, f"the arguments must be one JSON object{shape}; got {got}"
-    )
+    return ArgumentProblem("(arguments)", "object", got, f"the arguments must be one JSON object{shape}; got {got}")
 
 
 def validation_error(problems: list[ArgumentProblem]) -> dict[str, Any]:

@@ -192,6 +192,7 @@ class Agent:
             raise ValueError("tool_mode must be 'auto', 'native' or 'json'")
         self.workspace = workspace
         self.name = name
+        self.kind = kind
         self.description = description
         self.model = model
         self.tools = tools
@@ -281,13 +282,17 @@ class Agent:
         ``context``: a :meth:`Workspace.context` whose ``cancel`` event stops the run (and its
         sub-agents) cooperatively: ``ctx.cancel.set()`` from another thread or a Stop button.
         """
-        run = _Run(self, task, list(files or []), model, context, max_steps or self.max_steps, _replay, _fork)
+        run = self._new_run(task, list(files or []), model, context, max_steps or self.max_steps, _replay, _fork)
         run.ctx.grants.update(grants)
         return await run.execute()
 
     def run_sync(self, task: str, files: list[str] | None = None, **kwargs: Any) -> RunResult:
         """:meth:`run` from synchronous code, also inside a running event loop (a notebook cell)."""
         return run_sync(self.run(task, files, **kwargs))
+
+    def _new_run(self, *args: Any) -> "_Run":
+        """The state of one run (agent kinds with their own loop rules return a subclass)."""
+        return _Run(self, *args)
 
     async def _runner(self, task: str, files: list[str] | None = None, context: Context | None = None) -> str:
         """ACP runner: a sub-agent run nested under the caller's run; its answer, or an error."""
@@ -304,8 +309,22 @@ def sub_agent_answer(name: str, result: RunResult) -> str:
     return f"(sub-agent {name} did not succeed: {result.status}) {result.answer}"
 
 
+@dataclass
+class Outcome:
+    """What a control tool (one the loop handles itself: ``done``, ToolSelf's ``finish`` and
+    ``reconfigure``, CORAL's ``submit_answer``) did: ``end`` the run with ``status``, ``go_on`` with
+    ``observation``, or was ``invalid`` (``observation`` says why; it counts as a malformed output)."""
+
+    kind: str
+    observation: str = ""
+    status: str = ""
+    answer: str = ""
+    files: list[str] = field(default_factory=list)
+
+
 class _Run(RunLog):
-    """The state of one run; ``execute`` is the loop."""
+    """The state of one run; ``execute`` is the loop. Subclasses change the rules through the hooks
+    ``_controls``/``_control`` (loop-handled tools), ``_messages`` (the prompt) and ``_before_step``."""
 
     def __init__(
         self,
@@ -370,8 +389,46 @@ class _Run(RunLog):
         tools = [r.to_openai() for r in records]
         if self.todo is not None:
             tools.append(TODO_TOOL)
-        tools.append(DONE_TOOL)
+        tools.extend(self._controls().values())
         return tools, agent_tools
+
+    # -- hooks ----------------------------------------------------------------------------
+    def _controls(self) -> dict[str, dict[str, Any]]:
+        """The tools this loop handles itself, by name (OpenAI definitions); a run ends through one."""
+        return {"done": DONE_TOOL}
+
+    async def _control(self, call: ToolCall, step: int) -> Outcome:
+        """Handle a call of one of :meth:`_controls` (the only action of its step)."""
+        bad = self._done_problem(call.arguments)
+        if bad is not None:
+            return Outcome("invalid", bad)
+        args = call.arguments
+        status = "success" if args.get("success") else "failed"
+        return Outcome("end", "finished", status, str(args.get("text", "")), list(args.get("files_to_display") or []))
+
+    async def _before_step(self, step: int) -> tuple[str, str] | None:
+        """Called before each step: ``(status, answer)`` ends the run there, None goes on (ToolSelf
+        configures its stages here; CORAL members stop when their session is over)."""
+        return None
+
+    def _messages(self, step: int, tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The prompt of one step."""
+        return build_messages(
+            task=self.task,
+            files=self.files,
+            step=step,
+            max_steps=self.max_steps,
+            steps=self.steps,
+            summaries=self.summaries,
+            insights=self.insights,
+            todo=self.todo.render() if self.todo else "",
+            environments=self._environments(),
+            tools=tools,
+            max_actions=self.agent.max_actions,
+            native=self.native,
+            system_prompt=self.agent.system_prompt,
+            final_tool=next(iter(self._controls()), ""),
+        )
 
     def _environment_tools(self) -> list[str]:
         """The tools of every bound environment (lifted by E2T into a toolkit on first use)."""
@@ -445,21 +502,7 @@ class _Run(RunLog):
 
     # -- the loop -------------------------------------------------------------------------
     async def _call_model(self, step: int, tools: list[dict[str, Any]]) -> ModelReply:
-        messages = build_messages(
-            task=self.task,
-            files=self.files,
-            step=step,
-            max_steps=self.max_steps,
-            steps=self.steps,
-            summaries=self.summaries,
-            insights=self.insights,
-            todo=self.todo.render() if self.todo else "",
-            environments=self._environments(),
-            tools=tools,
-            max_actions=self.agent.max_actions,
-            native=self.native,
-            system_prompt=self.agent.system_prompt,
-        )
+        messages = self._messages(step, tools)
         self.emit(
             "model_request",
             {"model": self.model, "messages": len(messages), "prompt_chars": sum(map(_content_chars, messages))},
@@ -560,6 +603,10 @@ class _Run(RunLog):
             for step in range(self.last_step + 1, self.max_steps + 1):
                 if self.ctx.cancel.is_set():
                     raise RunInterrupted("the run was stopped")
+                stop = await self._before_step(step)
+                if stop is not None:
+                    status, answer = stop
+                    break
                 tools, agent_tools = self._offered()
                 self.agent_tools = agent_tools
                 offered = {t["function"]["name"] for t in tools}
@@ -583,22 +630,34 @@ class _Run(RunLog):
                         status, error = "error", f"{consecutive} consecutive malformed model outputs; last: {problem}"
                         break
                     continue
-                if calls[0].name == "done":
-                    args = calls[0].arguments
-                    bad = self._done_problem(args)
-                    if bad is None:
-                        status = "success" if args.get("success") else "failed"
-                        answer, files = str(args.get("text", "")), list(args.get("files_to_display") or [])
-                        record.results.append(("done", json.dumps(args, ensure_ascii=False, default=str), "finished"))
+                if calls[0].name in self._controls():
+                    call = calls[0]
+                    shown_args = json.dumps(call.arguments, ensure_ascii=False, default=str)
+                    outcome = (
+                        await self._control(call, step)
+                        if isinstance(call.arguments, dict)
+                        else Outcome("invalid", self._not_an_object(call).removeprefix("Error: "))
+                    )
+                    if outcome.kind == "invalid":
+                        consecutive += 1
+                        record.results.append((call.name, shown_args, f"Error: {outcome.observation}"))
+                        self.emit(
+                            "error",
+                            {"kind": "model_output", "message": outcome.observation, "consecutive": consecutive},
+                            step,
+                        )
                         self._finish_step(record)
-                        break
-                    consecutive += 1
-                    record.results.append(("done", json.dumps(args, ensure_ascii=False, default=str), f"Error: {bad}"))
-                    self.emit("error", {"kind": "model_output", "message": bad, "consecutive": consecutive}, step)
+                        if consecutive >= self.agent.max_consecutive_errors:
+                            status = "error"
+                            error = f"{consecutive} consecutive malformed model outputs; last: {outcome.observation}"
+                            break
+                        continue
+                    record.results.append((call.name, shown_args, outcome.observation))
                     self._finish_step(record)
-                    if consecutive >= self.agent.max_consecutive_errors:
-                        status, error = "error", f"{consecutive} consecutive malformed model outputs; last: {bad}"
+                    if outcome.kind == "end":
+                        status, answer, files = outcome.status, outcome.answer, outcome.files
                         break
+                    consecutive = 0
                     continue
                 calls = calls[: self.agent.max_actions]
                 if len(calls) > 1 and all(c.name in agent_tools for c in calls):
@@ -668,8 +727,9 @@ class _Run(RunLog):
         if not calls:
             return "the action list is empty; call at least one tool (or 'done')"
         names = [c.name for c in calls]
-        if "done" in names and len(names) > 1:
-            return "'done' must be the only action in its step"
+        control = [n for n in names if n in self._controls()]
+        if control and len(names) > 1:
+            return f"'{control[0]}' must be the only action in its step"
         unknown = [n for n in names if n not in offered]
         if unknown:
             return f"unknown action(s) {', '.join(unknown)}; available: {', '.join(sorted(offered))}"

@@ -45,6 +45,9 @@ EVENT_TYPES = frozenset(
         "tool_reused",
         "error",
         "run_finished",
+        "stage",
+        "message",
+        "thread",
     }
 )
 

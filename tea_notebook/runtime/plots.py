@@ -25,7 +25,11 @@ def _pyplot() -> Any:
 
 
 def plot_run(traj: "Trajectory") -> Any:
-    """Tokens, cost and model latency per step of one run (sub-agents' calls on their own bars)."""
+    """Tokens, cost and model latency per step of one run (sub-agents' calls on their own bars);
+    for a run in stages (ToolSelf), tokens per step coloured by stage, tokens per stage and toolbox
+    size per stage."""
+    if traj.stages:
+        return plot_stages(traj)
     plt = _pyplot()
     steps = [s for s in traj.steps if not s.replayed]
     fig, axes = plt.subplots(1, 3, figsize=(12, 3.2), constrained_layout=True)
@@ -43,6 +47,67 @@ def plot_run(traj: "Trajectory") -> Any:
     for ax in axes:
         ax.set_xlabel("step")
     fig.suptitle(f"{traj.agent} · {traj.status} · run {traj.run_id}", fontsize=10)
+    plt.close(fig)
+    return fig
+
+
+def stage_totals(traj: "Trajectory") -> list[dict[str, Any]]:
+    """Per stage of a ToolSelf run: index, sub-goal, steps, prompt and completion tokens (the
+    engine's call that made the stage included), toolbox size."""
+    ordered = sorted(traj.stages, key=lambda st: st.get("first_step", 0))
+    out = []
+    for i, st in enumerate(ordered):
+        end = ordered[i + 1].get("first_step", 0) if i + 1 < len(ordered) else None
+        mine = [s for s in traj.steps if s.number >= st.get("first_step", 0) and (end is None or s.number < end)]
+        out.append(
+            {
+                "index": st.get("index", i + 1),
+                "sub_goal": st.get("sub_goal", ""),
+                "steps": len(mine),
+                "prompt_tokens": sum(s.prompt_tokens for s in mine),
+                "completion_tokens": sum(s.completion_tokens for s in mine),
+                "toolbox": len(st.get("toolbox", [])),
+            }
+        )
+    return out
+
+
+def plot_stages(traj: "Trajectory") -> Any:
+    """A ToolSelf run: prompt tokens per step coloured by stage (each reset shows as a drop), tokens
+    per stage, and toolbox size per stage."""
+    plt = _pyplot()
+    totals = stage_totals(traj)
+    ordered = sorted(traj.stages, key=lambda st: st.get("first_step", 0))
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.4), constrained_layout=True)
+    colours = plt.rcParams["axes.prop_cycle"].by_key().get("color", ["#0969da"])
+    for i, st in enumerate(ordered):
+        end = ordered[i + 1].get("first_step", 0) if i + 1 < len(ordered) else None
+        mine = [s for s in traj.steps if s.number >= st.get("first_step", 0) and (end is None or s.number < end)]
+        axes[0].bar(
+            [s.number for s in mine],
+            [s.prompt_tokens for s in mine],
+            color=colours[i % len(colours)],
+            label=f"stage {st.get('index', i + 1)}",
+        )
+    axes[0].set_title("prompt tokens per step, by stage")
+    axes[0].set_xlabel("step")
+    if len(ordered) <= 8:
+        axes[0].legend(fontsize=8)
+    labels = [str(t["index"]) for t in totals]
+    axes[1].bar(labels, [t["prompt_tokens"] for t in totals], label="prompt")
+    axes[1].bar(
+        labels,
+        [t["completion_tokens"] for t in totals],
+        bottom=[t["prompt_tokens"] for t in totals],
+        label="completion",
+    )
+    axes[1].set_title("tokens per stage")
+    axes[1].legend(fontsize=8)
+    axes[2].bar(labels, [t["toolbox"] for t in totals], color="#1a7f37")
+    axes[2].set_title("toolbox size per stage")
+    for ax in axes[1:]:
+        ax.set_xlabel("stage")
+    fig.suptitle(f"{traj.agent} · {traj.status} · {len(totals)} stages · run {traj.run_id}", fontsize=10)
     plt.close(fig)
     return fig
 

@@ -124,9 +124,11 @@ def build_messages(
     max_actions: int,
     native: bool,
     system_prompt: str | None = None,
+    final_tool: str = "done",
 ) -> list[dict[str, Any]]:
     """System + user messages for one step; environment screenshots (``image`` data URLs) are
-    attached to the user message as image parts."""
+    attached to the user message as image parts. ``final_tool``: what the last allowed step must
+    call ("" when the agent has no such tool)."""
     env_rules = "\n".join(
         f'<environment name="{e["name"]}"><interaction>{e.get("rules", "")}</interaction></environment>'
         for e in environments
@@ -136,7 +138,7 @@ def build_messages(
     )
     step_info = f"Step {step} of {max_steps} max possible steps"
     if step >= max_steps:
-        step_info += ". This is the FINAL allowed step: call 'done' now."
+        step_info += ". This is the FINAL allowed step" + (f": call '{final_tool}' now." if final_tool else ".")
     history = "\n".join(s.render() for s in steps) or "(no steps yet)"
     if summaries:
         history += "\n<summaries>\n" + "\n".join(f"- {s}" for s in summaries) + "\n</summaries>"

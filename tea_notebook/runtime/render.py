@@ -41,7 +41,10 @@ _CSS = (
     ".tea-t pre{white-space:pre-wrap;word-break:break-word;background:#f6f8fa;padding:4px 6px;margin:2px 0;"
     "max-height:24em;overflow:auto}.tea-t .err{color:#cf222e}.tea-t .muted{color:#57606a}"
     ".tea-t details>summary{cursor:pointer}.tea-t .badge{border:1px solid #d0d7de;border-radius:10px;"
-    "padding:0 6px;font-size:11px}</style>"
+    "padding:0 6px;font-size:11px}.tea-t .stage{border:1px solid #d0d7de;border-radius:6px;padding:2px 8px;"
+    "margin:6px 0}.tea-t .thread{border:1px solid #d0d7de;border-radius:6px;padding:2px 8px;margin:6px 0}"
+    ".tea-t .msg{margin:6px 0;padding:3px 8px;border-radius:6px;background:#f6f8fa}"
+    ".tea-t .msg.orch{background:#ddf4ff}</style>"
 )
 
 
@@ -84,7 +87,41 @@ def payload(traj: "Trajectory") -> dict[str, Any]:
         "completion_tokens": traj.completion_tokens,
         "cost": traj.cost,
         "steps": [_step_payload(s) for s in traj.steps],
+        "stages": [_stage_payload(st) for st in traj.stages],
+        "threads": [
+            {
+                "id": t.get("id"),
+                "name": _field(t.get("name")),
+                "participants": t.get("participants", []),
+                "status": t.get("status", "open"),
+                "summary": _field(t.get("summary", "")),
+            }
+            for t in traj.threads
+        ],
+        "messages": [
+            {
+                "seq": m.get("seq"),
+                "thread": m.get("thread"),
+                "sender": m.get("sender"),
+                "mentions": m.get("mentions", []),
+                "content": _field(m.get("content")),
+            }
+            for m in traj.messages
+        ],
         "children": [payload(c) for c in traj.children],
+    }
+
+
+def _stage_payload(stage: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "index": stage.get("index"),
+        "first_step": stage.get("first_step"),
+        "sub_goal": _field(stage.get("sub_goal")),
+        "strategy": _field(stage.get("strategy")),
+        "toolbox": list(stage.get("toolbox", [])),
+        "knowledge": _field(stage.get("knowledge")),
+        "reason": _field(stage.get("reason")),
+        "note": _field(stage.get("note", "")),
     }
 
 
@@ -174,6 +211,120 @@ def step_html(step: "StepView") -> str:
     return "".join(parts)
 
 
+def stage_summary_html(stage: dict[str, Any]) -> str:
+    """What a ToolSelf stage runs under: sub-goal, toolbox, strategy, knowledge and why it began."""
+    tools = " ".join(f"<span class='badge'>{_esc(t)}</span>" for t in stage.get("toolbox", []))
+    knowledge = stage.get("knowledge", "")
+    shown = {"": "(none)", "ALL": "ALL (the whole history pool)"}.get(knowledge, knowledge)
+    parts = [
+        f"<summary><b>stage {_esc(stage.get('index'))}</b> · {_esc(_field(stage.get('sub_goal')))}</summary>",
+        f"<div><span class='muted'>toolbox:</span> {tools}</div>",
+        f"<div><span class='muted'>why:</span> {_esc(_field(stage.get('reason')))}</div>",
+    ]
+    if stage.get("strategy"):
+        parts.append(f"<div><span class='muted'>strategy:</span> {_esc(_field(stage['strategy']))}</div>")
+    parts.append(f"<div><span class='muted'>knowledge:</span> {_esc(_field(shown))}</div>")
+    if stage.get("note"):
+        parts.append(f"<div class='err'>{_esc(_field(stage['note']))}</div>")
+    return "".join(parts)
+
+
+def staged_steps_html(stages: list[dict[str, Any]], steps: list["StepView"]) -> str:
+    """Steps grouped into their ToolSelf stages, each a nested section headed by its configuration."""
+    ordered = sorted(stages, key=lambda st: st.get("first_step", 0))
+    out = [step_html(s) for s in steps if not ordered or s.number < ordered[0].get("first_step", 0)]
+    for i, stage in enumerate(ordered):
+        end = ordered[i + 1].get("first_step", 0) if i + 1 < len(ordered) else None
+        inside = [s for s in steps if s.number >= stage.get("first_step", 0) and (end is None or s.number < end)]
+        out.append(
+            f"<details open class='stage'>{stage_summary_html(stage)}{''.join(step_html(s) for s in inside)}</details>"
+        )
+    return "".join(out)
+
+
+#: tools whose calls are the messages of a conversation (not folded under them as work)
+CONVERSATION_TOOLS = frozenset(
+    {"send_message", "wait_for_mentions", "create_thread", "list_threads", "list_agents", "close_thread"}
+)
+
+
+def threads_html(
+    threads: list[dict[str, Any]],
+    messages: list[dict[str, Any]],
+    actions: dict[str, list[tuple[float, dict[str, Any]]]],
+    orchestrator: str = "",
+) -> str:
+    """A CORAL run as chat transcripts, one per thread; under each message the tool calls its sender
+    made since its previous message, folded."""
+    folded: dict[int, list[dict[str, Any]]] = {}
+    pending: dict[str, list[dict[str, Any]]] = {}
+    by_sender: dict[str, list[dict[str, Any]]] = {}
+    for m in sorted(messages, key=lambda m: m.get("seq", 0)):
+        by_sender.setdefault(m.get("sender", ""), []).append(m)
+    for agent, calls in actions.items():
+        mine = by_sender.get(agent, [])
+        for when, action in sorted(calls, key=lambda c: c[0]):
+            if action.get("name") in CONVERSATION_TOOLS:
+                continue
+            target = next((m for m in mine if m.get("time", 0) >= when), None)
+            if target is None:
+                pending.setdefault(agent, []).append(action)
+            else:
+                folded.setdefault(target.get("seq", 0), []).append(action)
+    start = min((m.get("time", 0) for m in messages), default=0)
+    out = []
+    known = {t.get("id") for t in threads}
+    listed = list(threads) + [
+        {"id": tid, "name": tid, "participants": []}
+        for tid in dict.fromkeys(m.get("thread") for m in messages)
+        if tid not in known
+    ]
+    for t in listed:
+        mine = [m for m in messages if m.get("thread") == t.get("id")]
+        status = t.get("status", "open")
+        head = (
+            f"<summary>thread <b>{_esc(t.get('name') or t.get('id'))}</b> · {len(mine)} messages · "
+            f"<span class='muted'>{_esc(', '.join(t.get('participants', [])))}</span>"
+            + (f" · <i>{_esc(status)}</i>" if status != "open" else "")
+            + "</summary>"
+        )
+        body = []
+        if t.get("summary"):
+            body.append(f"<div class='muted'>summary: {_esc(_field(t['summary']))}</div>")
+        for m in mine:
+            cls = "msg orch" if m.get("sender") == orchestrator else "msg"
+            to = ", ".join(f"@{x}" for x in m.get("mentions") or [])
+            replayed = " <span class='badge'>replayed</span>" if m.get("replayed") else ""
+            body.append(
+                f"<div class='{cls}'><b>{_esc(m.get('sender'))}</b> <span class='muted'>→ {_esc(to)} · "
+                f"+{m.get('time', 0) - start:.1f} s</span>{replayed}<div>{_esc(_field(m.get('content')))}</div>"
+            )
+            work = folded.get(m.get("seq", 0), [])
+            if work:
+                body.append(
+                    f"<details><summary class='muted'>{len(work)} tool calls</summary>{_actions_html(work)}</details>"
+                )
+            body.append("</div>")
+        out.append(f"<details open class='thread'>{head}{''.join(body)}</details>")
+    for agent, work in pending.items():
+        out.append(
+            f"<details><summary class='muted'><b>{_esc(agent)}</b> is working: {len(work)} tool calls since its last "
+            f"message</summary>{_actions_html(work)}</details>"
+        )
+    return "".join(out)
+
+
+def _actions_html(actions: list[dict[str, Any]]) -> str:
+    parts = []
+    for a in actions:
+        mark = "" if a.get("ok", True) else " class='err'"
+        parts.append(
+            f"<div class='act'><code{mark}>{_esc(a.get('name'))}({_esc(_args_text(a.get('arguments')))})</code>"
+            f"{_observation_html(str(a.get('observation', '…')))}</div>"
+        )
+    return "".join(parts)
+
+
 def header_html(agent: str, model: str, status: str, steps: int, tokens: int, cost: float, extra: str = "") -> str:
     """The header line: agent, model, status and running totals."""
     colour = _STATUS_COLOUR.get(status, "#57606a")
@@ -199,7 +350,13 @@ def trajectory_html(traj: "Trajectory", nested: bool = False) -> str:
         ),
         f"<div><span class='muted'>task:</span> {_esc(_field(traj.task))}</div>",
     ]
-    body += [step_html(s) for s in traj.steps]
+    if traj.stages:
+        body.append(staged_steps_html(traj.stages, traj.steps))
+    else:
+        body += [step_html(s) for s in traj.steps]
+    if traj.messages or traj.threads:
+        orchestrator = next((t.get("orchestrator") for t in traj.threads if t.get("orchestrator")), "")
+        body.append(threads_html(traj.threads, traj.messages, traj.agent_actions(), orchestrator))
     for child in traj.children:
         body.append(
             f"<details><summary>sub-agent <b>{_esc(child.agent)}</b> · {_esc(child.status)} · "

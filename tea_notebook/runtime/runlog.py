@@ -103,6 +103,30 @@ class RunLog:
         if self.owns_sessions():
             await self.ws.envs.arelease(self.run_id)
 
+    async def logged_call(
+        self, client: ModelClient, model: str, messages: list[dict[str, Any]], stage: str, step: int
+    ) -> ModelReply:
+        """One model call without tools, recorded in this run (at ``step``) with tokens and cost."""
+        self.emit("model_request", {"model": model, "messages": len(messages), "stage": stage}, step)
+        reply = await client.complete(model, messages)
+        self.count(reply)
+        self.emit(
+            "model_response",
+            {
+                "model": model,
+                "content": reply.content,
+                "tool_calls": [],
+                "prompt_tokens": reply.prompt_tokens,
+                "completion_tokens": reply.completion_tokens,
+                "cost": reply.cost,
+                "latency": reply.latency,
+                "scripted": reply.scripted,
+                "stage": stage,
+            },
+            step,
+        )
+        return reply
+
     def count(self, reply: ModelReply) -> None:
         """Add one model reply to the run's own totals."""
         self.prompt_tokens += reply.prompt_tokens
@@ -214,24 +238,6 @@ class Process(RunLog):
     async def complete(self, messages: list[dict[str, Any]], stage: str = "") -> ModelReply:
         """One model call of this run (no tools), recorded with tokens and cost."""
         self.check_stop()
-        step = self.steps + 1
-        self.emit("model_request", {"model": self.model, "messages": len(messages), "stage": stage}, step)
-        reply = await self.client.complete(self.model, messages)
-        self.count(reply)
-        self.emit(
-            "model_response",
-            {
-                "model": self.model,
-                "content": reply.content,
-                "tool_calls": [],
-                "prompt_tokens": reply.prompt_tokens,
-                "completion_tokens": reply.completion_tokens,
-                "cost": reply.cost,
-                "latency": reply.latency,
-                "scripted": reply.scripted,
-                "stage": stage,
-            },
-            step,
-        )
+        reply = await self.logged_call(self.client, self.model, messages, stage, self.steps + 1)
         self.check_stop()
         return reply

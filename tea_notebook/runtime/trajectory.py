@@ -49,6 +49,9 @@ class Trajectory:
     parent_id: str | None = None
     forked_from: str | None = None
     memory: list[dict[str, Any]] = field(default_factory=list)
+    stages: list[dict[str, Any]] = field(default_factory=list)
+    threads: list[dict[str, Any]] = field(default_factory=list)
+    messages: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
     def load(cls, workspace: "Workspace", run_id: str) -> "Trajectory":
@@ -63,8 +66,17 @@ class Trajectory:
     def _build(cls, workspace: "Workspace", row: dict, events: list[Event]) -> "Trajectory":
         own = [e for e in events if e.run_id == row["id"]]
         steps: dict[int, StepView] = {}
-        memory = []
+        memory: list[dict[str, Any]] = []
+        stages: list[dict[str, Any]] = []
+        threads: dict[str, dict[str, Any]] = {}
+        messages: list[dict[str, Any]] = []
         for e in own:
+            if e.type == "stage":
+                stages.append(dict(e.data))
+            elif e.type == "thread":
+                threads.setdefault(e.data["id"], {}).update(e.data)
+            elif e.type == "message":
+                messages.append({**e.data, "time": e.time})
             if e.step is None:
                 continue
             view = steps.setdefault(e.step, StepView(e.step))
@@ -128,6 +140,9 @@ class Trajectory:
             parent_id=row["parent_id"],
             forked_from=row["forked_from"],
             memory=memory,
+            stages=stages,
+            threads=list(threads.values()),
+            messages=messages,
         )
 
     @property
@@ -165,6 +180,20 @@ class Trajectory:
         add(self)
         return out
 
+    def agent_actions(self) -> dict[str, list[tuple[float, dict[str, Any]]]]:
+        """Each sub-run's tool calls with their times, by agent (what a CORAL view folds under
+        each agent's messages)."""
+        out: dict[str, list[tuple[float, dict[str, Any]]]] = {}
+        for child in self.children:
+            calls: dict[str, tuple[float, dict[str, Any]]] = {}
+            for e in child.events:
+                if e.type == "tool_call":
+                    calls[e.data["id"]] = (e.time, {"name": e.data["name"], "arguments": e.data["arguments"]})
+                elif e.type == "tool_result" and e.data.get("id") in calls:
+                    calls[e.data["id"]][1].update(ok=e.data.get("ok"), observation=e.data.get("observation", ""))
+            out.setdefault(child.agent, []).extend(calls.values())
+        return out
+
     def text(self, indent: str = "", ids: bool = True) -> str:
         """A readable plain-text rendering (what ``tea show`` prints; ``ids=False`` for notebooks)."""
         head = f"run {self.run_id} · " if ids else ""
@@ -174,7 +203,14 @@ class Trajectory:
         ]
         if self.forked_from:
             lines.append(f"{indent}forked from {self.forked_from}")
+        starts = {st.get("first_step"): st for st in self.stages}
         for s in self.steps:
+            if s.number in starts:
+                st = starts[s.number]
+                lines.append(
+                    f"{indent}  stage {st.get('index')}: {shorten(st.get('sub_goal', ''))} "
+                    f"[toolbox: {', '.join(st.get('toolbox', []))}]"
+                )
             tag = " (replayed)" if s.replayed else ""
             gist = shorten(s.next_goal or s.thinking or s.evaluation)
             lines.append(f"{indent}  step {s.number}{tag}: {gist}".rstrip())
@@ -183,6 +219,9 @@ class Trajectory:
                 lines.append(f"{indent}    {a['name']}({_args(a.get('arguments'))}) -> {obs}")
             for err in s.errors:
                 lines.append(f"{indent}    ! {shorten(err)}")
+        for m in self.messages:
+            to = ", ".join(m.get("mentions") or [])
+            lines.append(f"{indent}  [{m.get('thread')}] {m.get('sender')} → {to}: {shorten(m.get('content', ''))}")
         for child in self.children:
             lines.append(child.text(indent + "    ", ids))
         lines.append(f"{indent}answer: {shorten(self.answer)}")
