@@ -509,3 +509,109 @@ def test_interrupt_stops_the_run_and_keeps_the_kernel(kernel_specs, tmp_path):
         assert k.json("len(script.calls)") == calls_then  # nothing runs in the background
     finally:
         k.close()
+
+
+# -- ToolSelf and CORAL views ------------------------------------------------------------------------
+TOOLSELF_SETUP = '''
+import json
+from tea_notebook.models.offline import ScriptedModel, call
+ws = get_ipython().magics_manager.registry['TeaMagics'].workspace
+
+@ws.tools.tool
+def lookup(key: str) -> str:
+    """Look up a value."""
+    return {"x": "6"}.get(key, "?")
+
+@ws.tools.tool
+def mul(a: int, b: int) -> int:
+    """Multiply two numbers."""
+    return a * b
+
+def staged(messages, tools):
+    system, user = messages[0]["content"], messages[1]["content"]
+    if "Agent Configuration Engineer" in system:
+        first = "Iteration 1" not in user
+        return json.dumps({"next_sub_goal": "find x" if first else "compute x*7", "execution_strategy": "As a Data Analyst",
+                           "toolbox": ["lookup"] if first else ["mul"], "inter_agent_knowledge": "" if first else "ALL"})
+    if "<sub_goal>find x<" in system:
+        if "-> 6" in user:
+            return call("reconfigure", execution_summary="x is 6", update_content="sub_goal", update_reason="x found",
+                        new_sub_goal="compute x*7")
+        return call("lookup", key="x")
+    if "-> 42" in user:
+        return call("finish", task_completion_status="complete", final_result="42",
+                    execution_summary={"detailed_execution": ["looked up", "multiplied"], "tools_used": ["lookup", "mul"]})
+    return call("mul", a=6, b=7)
+
+staged_model = ScriptedModel(staged).name
+'''
+
+
+def test_toolself_live_view_shows_stages_with_sub_goal_and_toolbox(kernel):
+    kernel.ok(TOOLSELF_SETUP)
+    name = kernel.json("staged_model")
+    ex = agent_cell(kernel, "What is x times 7?", f"staged --kind toolself --tools lookup,mul --model {name}")
+    assert ex.status == "ok", ex.reply["content"]
+    live = [m["content"]["data"]["text/html"] for m in ex.of_type("update_display_data")]
+    # while it runs the view shows the stages as nested sections, each with its sub-goal and toolbox
+    assert any("stage 1</b> · find x" in h and "<span class='badge'>lookup</span>" in h for h in live)
+    result = ex.result
+    payload = result["data"][MIME]
+    assert payload["status"] == "success" and payload["answer"] == "42"
+    assert [(s["index"], s["sub_goal"], s["toolbox"]) for s in payload["stages"]] == [
+        (1, "find x", ["lookup"]),
+        (2, "compute x*7", ["mul"]),
+    ]
+    html = result["data"]["text/html"]
+    assert html.count("class='stage'") == 2 and "x found" in html  # the reason stage 2 began
+
+
+CORAL_SETUP = '''
+from tea_notebook.models.offline import ScriptedModel, call
+ws = get_ipython().magics_manager.registry['TeaMagics'].workspace
+
+@ws.tools.tool
+def capital(country: str) -> str:
+    """The capital of a country."""
+    return {"france": "Paris"}.get(country.lower(), "unknown")
+
+ws.agent("geo", tools=["capital"], model=ScriptedModel([call("capital", country="France"),
+                                                        call("done", success=True, text="Paris")]).name)
+
+def team_script(messages, tools):
+    system, user = messages[0]["content"], messages[-1]["content"]
+    if "INFORMATION FLOW ORCHESTRATOR" in system:
+        if "#2 " in user:
+            return call("submit_answer", answer="Paris")
+        if "#1 " not in user:
+            return [call("send_message", content="Find the capital of France", mentions=["geo_worker"]),
+                    call("wait_for_mentions", timeout_ms=5000)]
+        return call("wait_for_mentions", timeout_ms=5000)
+    if "Find the capital" in user and "[geo_agent]" not in user:
+        return call("geo_agent", task="capital of France")
+    if "[geo_agent]" in user and "#2 " not in user:
+        return call("send_message", content="The capital is Paris.")
+    return call("wait_for_mentions", timeout_ms=2000)
+
+ws.coral("team", workers={"geo_worker": "geo"}, planner=False, model=ScriptedModel(team_script).name,
+         budget_seconds=60)
+'''
+
+
+def test_coral_live_view_shows_threads_with_messages_and_folded_tool_calls(kernel):
+    kernel.ok(CORAL_SETUP)
+    ex = agent_cell(kernel, "What is the capital of France?", "team")
+    assert ex.status == "ok", ex.reply["content"]
+    live = [m["content"]["data"]["text/html"] for m in ex.of_type("update_display_data")]
+    assert any("class='thread'" in h and "Find the capital of France" in h for h in live)
+    result = ex.result
+    payload = result["data"][MIME]
+    assert payload["status"] == "success" and payload["answer"] == "Paris"
+    assert [(m["seq"], m["sender"], m["mentions"]) for m in payload["messages"]] == [
+        (1, "information_flow_orchestrator", ["geo_worker"]),
+        (2, "geo_worker", ["information_flow_orchestrator"]),
+    ]
+    html = result["data"]["text/html"]
+    assert html.count("class='msg") == 2
+    # the worker's call of the agent it wraps is folded under its reply
+    assert "1 tool calls" in html and "geo_agent(" in html

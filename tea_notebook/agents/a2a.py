@@ -523,7 +523,8 @@ def ensure_toolkit(ws: "Workspace") -> None:
     """Register the ``a2a`` toolkit and its tools in TCP (again only when the code changed)."""
     names = []
     for fn in TOOLS:
-        built = make_tool(fn, toolkit="a2a", category="communication")
+        # "routing: explicit": offered only to agents that name them (CORAL members), never routed to others
+        built = make_tool(fn, toolkit="a2a", category="communication", metadata={"routing": "explicit"})
         current = ws.tools.current(built.record.name)
         if current is None or current.source_hash != built.record.source_hash:
             ws.tools.register(built, note="CORAL A2A toolkit")

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from tea_notebook.agents.workflow import Checked, ask_checked
 from tea_notebook.models.client import ModelReply, ToolCall
 from tea_notebook.protocol.schema import arguments_problem
-from tea_notebook.runtime.agent import Agent, Outcome, _Run
+from tea_notebook.runtime.agent import Agent, Outcome, _Run, routable
 from tea_notebook.runtime.prompts import JSON_OUTPUT, NATIVE_OUTPUT, StepRecord, tool_line
 from tea_notebook.runtime.runlog import RunInterrupted
 
@@ -358,7 +358,7 @@ class _StageRun(_Run):
         if self.agent.tools is not None:
             names = list(self.agent.tools)
         else:
-            names = [r.name for r in ws.tools.list() if r.origin not in ("agent", "environment") and r.toolkit != "a2a"]
+            names = [r.name for r in ws.tools.list() if r.origin not in ("agent", "environment") and routable(r)]
         names += self._environment_tools()
         for sub in self.agent.sub_agents:
             tool_name = sub if sub.endswith("agent") else f"{sub}_agent"
@@ -509,6 +509,11 @@ class _StageRun(_Run):
                 self._begin_stage(fallback, step, reason="initial configuration", engine=engine, note=note)
             return None
         if self.stage_steps >= self.agent.max_stage_steps:
+            if self.reconfigurations >= self.agent.max_stages:
+                return "max_steps", (
+                    f"Stage {self.reconfigurations + 1} reached its step limit and the run has used its "
+                    f"{self.agent.max_stages} reconfigurations."
+                )
             recent = " ".join(" ".join(s.render(200).split()) for s in self.steps[-3:])
             summary = (
                 f"(written by the framework: the stage used its {self.agent.max_stage_steps} steps without calling "

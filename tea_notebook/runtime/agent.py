@@ -299,6 +299,12 @@ class Agent:
         return sub_agent_answer(self.name, await self.run(task, files, context=context))
 
 
+def routable(record: Any) -> bool:
+    """Whether a tool may be offered to an agent that did not name it (tools marked
+    ``metadata["routing"] == "explicit"``, like CORAL's message tools, are offered only by name)."""
+    return record.metadata.get("routing") != "explicit"
+
+
 def sub_agent_answer(name: str, result: RunResult) -> str:
     """What a delegating agent reads of a sub-agent's run: its answer, marked when it did not
     succeed; a run that ended in error or was interrupted raises instead."""
@@ -368,10 +374,15 @@ class _Run(RunLog):
         ws = self.ws
         if self.agent.tools is not None:
             records = ws.tools.prune([ws.tools.get(n) for n in self.agent.tools], self.ctx)
-        elif len(ws.tools) <= 20:
-            records = ws.tools.route(context=self.ctx, k=20)
         else:
-            records = ws.tools.route(self.task, self.ctx, k=20)
+            hidden = sum(1 for r in ws.tools.list() if not routable(r))
+            k = 20 + hidden
+            routed = (
+                ws.tools.route(context=self.ctx, k=k)
+                if len(ws.tools) <= k
+                else ws.tools.route(self.task, self.ctx, k=k)
+            )
+            records = [r for r in routed if routable(r)][:20]
         offered_names = {r.name for r in records}
         extra = [ws.tools.get(n) for n in dict.fromkeys(self._environment_tools()) if n not in offered_names]
         records.extend(ws.tools.prune(extra, self.ctx))  # preconditions and conflicts apply to them too
