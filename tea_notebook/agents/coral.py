@@ -287,7 +287,8 @@ class CoralTeam:
         for name, spec in self.workers.items():
             inner = [a if a.endswith("agent") else f"{a}_agent" for a in spec["agents"]]
             delegate = (
-                f" You MUST call {', '.join(inner)} to approach ALL received tasks; do not solve them on your own."
+                f" You MUST use your agent tools ({', '.join(inner)}) to approach ALL received tasks; do not solve "
+                "them on your own."
                 if inner
                 else ""
             )

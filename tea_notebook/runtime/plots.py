@@ -27,9 +27,11 @@ def _pyplot() -> Any:
 def plot_run(traj: "Trajectory") -> Any:
     """Tokens, cost and model latency per step of one run (sub-agents' calls on their own bars);
     for a run in stages (ToolSelf), tokens per step coloured by stage, tokens per stage and toolbox
-    size per stage."""
+    size per stage; for a conversation (CORAL), :func:`plot_conversation`."""
     if traj.stages:
         return plot_stages(traj)
+    if traj.messages:
+        return plot_conversation(traj)
     plt = _pyplot()
     steps = [s for s in traj.steps if not s.replayed]
     fig, axes = plt.subplots(1, 3, figsize=(12, 3.2), constrained_layout=True)
@@ -108,6 +110,40 @@ def plot_stages(traj: "Trajectory") -> Any:
     for ax in axes[1:]:
         ax.set_xlabel("stage")
     fig.suptitle(f"{traj.agent} · {traj.status} · {len(totals)} stages · run {traj.run_id}", fontsize=10)
+    plt.close(fig)
+    return fig
+
+
+def plot_conversation(traj: "Trajectory") -> Any:
+    """A CORAL run: each message on a timeline by sender (lines from sender to recipient), and
+    tokens per agent."""
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(13, 3.6), constrained_layout=True)
+    messages = sorted(traj.messages, key=lambda m: m.get("seq", 0))
+    start = min((m.get("time", 0.0) for m in messages), default=0.0)
+    agents = list(dict.fromkeys([c.agent for c in traj.children] + [m.get("sender", "") for m in messages]))
+    row = {a: i for i, a in enumerate(agents)}
+    for m in messages:
+        x = m.get("time", 0.0) - start
+        for target in m.get("mentions") or []:
+            if target in row:
+                axes[0].plot([x, x], [row[m["sender"]], row[target]], color="#8c959f", linewidth=0.8)
+        axes[0].scatter([x], [row[m.get("sender", "")]], color="#0969da", zorder=3, s=18)
+    axes[0].set_yticks(range(len(agents)), agents, fontsize=8)
+    axes[0].set_xlabel("seconds since the first message")
+    axes[0].set_title(f"messages ({len(messages)}): sender → mentioned agents")
+    ledger = traj.ledger()["by_agent"]
+    names = [a for a in agents if a in ledger]
+    axes[1].barh(names, [ledger[a]["prompt_tokens"] for a in names], label="prompt")
+    axes[1].barh(
+        names,
+        [ledger[a]["completion_tokens"] for a in names],
+        left=[ledger[a]["prompt_tokens"] for a in names],
+        label="completion",
+    )
+    axes[1].set_title("tokens per team agent (own model calls)")
+    axes[1].legend(fontsize=8)
+    fig.suptitle(f"{traj.agent} · {traj.status} · run {traj.run_id}", fontsize=10)
     plt.close(fig)
     return fig
 
