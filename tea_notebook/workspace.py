@@ -226,10 +226,17 @@ class Workspace:
             raise TeaError(f"no run {run_id!r} to fork")
         runner = agent or build(self, row["agent"])
         if getattr(runner, "kind", "") == "coral":
-            messages = [m for m in self.trajectory(row["id"]).messages]
-            if len(messages) < step:
-                raise TeaError(f"run {row['id']} has only {len(messages)} messages; cannot fork from message {step}")
-            return await runner.run(row["task"], model=model, _replay=messages[:step], _fork=(row["id"], step))
+            history: list[dict[str, Any]] = []  # threads as they were, and the first `step` messages
+            count = 0
+            for e in self.events.events(row["id"], nested=False):
+                if e.type == "message" and count < step:
+                    count += 1
+                    history.append({"type": "message", **e.data})
+                elif e.type == "thread" and count < step:
+                    history.append({"type": "thread", **e.data})
+            if count < step:
+                raise TeaError(f"run {row['id']} has only {count} messages; cannot fork from message {step}")
+            return await runner.run(row["task"], model=model, _replay=history, _fork=(row["id"], step))
         if getattr(runner, "kind", "agent") == "toolself" or not hasattr(runner, "_new_run"):
             raise TeaError(f"run {row['id']} ({row['agent']}) cannot be forked: forking replays agent-loop steps")
         replay = steps_from_events(self.events.events(row["id"], nested=False), step)

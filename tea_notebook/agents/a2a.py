@@ -278,13 +278,30 @@ class A2ASession:
                     member.wake.set()
         return msg
 
-    def replay(self, messages: list[dict[str, Any]]) -> None:
-        """Start from an earlier run's first messages (a fork): stored again, marked replayed."""
-        for m in messages:
-            thread = str(m.get("thread") or MAIN_THREAD)
+    def replay(self, events: list[dict[str, Any]]) -> None:
+        """Start from an earlier run's first events (a fork): its threads as they were (``thread``
+        entries: id, name, participants, status, summary) and its messages, stored again and marked
+        replayed. Each member is left with only the mentions that came after its own last message."""
+        for e in events:
+            if e.get("type") == "thread":
+                tid = str(e["id"])
+                if tid not in self.threads:
+                    self.threads[tid] = Thread(tid, str(e.get("name") or tid), [], created_by=SYSTEM_SENDER)
+                t = self.threads[tid]
+                t.name = str(e.get("name") or t.name)
+                t.participants = [p for p in e.get("participants") or [] if p in self.members] or t.participants
+                t.status, t.summary = str(e.get("status") or "open"), str(e.get("summary") or "")
+                self._thread_event(t)
+                continue
+            thread = str(e.get("thread") or MAIN_THREAD)
             if thread not in self.threads:
                 self.create_thread(SYSTEM_SENDER, thread, list(self.members), thread_id=thread)
-            self._append(str(m.get("sender")), list(m.get("mentions") or []), str(m.get("content", "")), thread, True)
+            self._append(str(e.get("sender")), list(e.get("mentions") or []), str(e.get("content", "")), thread, True)
+        for member in self.members.values():
+            last_own = max((m.seq for m in self.messages if m.sender == member.name), default=0)
+            member.pending = [m for m in self.messages if member.name in m.mentions and m.seq > last_own]
+            member.seen = len(self.messages)
+            member.unanswered = len(member.pending)
 
     def _collect(self, member: _Member) -> list[Message]:
         for msg in self.messages[member.seen :]:
@@ -310,6 +327,8 @@ class A2ASession:
             if name == self.orchestrator and self.over_budget():
                 return self._delivered(name, [])
             left = deadline - time.monotonic()
+            if name == self.orchestrator and left > 0:  # wake when the budget runs out, to be told to submit
+                left = min(left, self.budget_seconds - self.elapsed() + 0.001)
             if left <= 0:
                 quiet = [m.name for m in self.members.values() if m.unanswered and m.name != name and not m.stopped]
                 hint = f" Not answered yet: {', '.join(quiet)}." if name == self.orchestrator and quiet else ""

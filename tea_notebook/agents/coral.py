@@ -322,7 +322,7 @@ class CoralTeam:
         model: str | None = None,
         context: Context | None = None,
         grants: list[str] | tuple[str, ...] = (),
-        _replay: list[dict[str, Any]] | None = None,
+        _replay: list[dict[str, Any]] | None = None,  # thread and message events of a forked run
         _fork: tuple[str, int] | None = None,
     ) -> RunResult:
         """Run the team on ``task``. Never raises for the task's own failures: see ``status``."""
@@ -431,7 +431,8 @@ class CoralTeam:
             session.close("the orchestrator stopped")
         others = [t for name, t in tasks.items() if name != ORCHESTRATOR]
         if others:
-            _, late = await asyncio.wait(others, timeout=60)
+            # the conversation is over: a member busy in a tool call gets a moment to end, then is cancelled
+            _, late = await asyncio.wait(others, timeout=5)
             for t in late:
                 t.cancel()
             if late:
