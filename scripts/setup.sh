@@ -20,6 +20,10 @@ if [ ! -f "$STAMP" ] || [ "$ROOT/pyproject.toml" -nt "$STAMP" ]; then
     echo "==> installing tea_notebook${EXTRAS:+[$EXTRAS]} into $VENV"
     "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e "$ROOT${EXTRAS:+[$EXTRAS]}"
     touch "$STAMP"
+    # the install builds the JupyterLab extension (extension/ → tea_notebook/labextension); it needs Node
+    if [ ! -f "$ROOT/tea_notebook/labextension/package.json" ]; then
+        echo "==> the JupyterLab extension was not built (is Node >= 18 on PATH?); everything else works" >&2
+    fi
 fi
 
 # Debian/Ubuntu packages the project needs from the system, installed when we may (root or

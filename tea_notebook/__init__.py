@@ -34,7 +34,10 @@ def load_ipython_extension(ip):  # noqa: ANN001 - IPython's InteractiveShell
 
 
 def unload_ipython_extension(ip):  # noqa: ANN001
-    """``%unload_ext tea_notebook``: nothing to undo beyond what IPython does."""
+    """``%unload_ext tea_notebook``: remove the input hints (IPython removes the rest)."""
+    cleanup = getattr(ip, "input_transformers_cleanup", None)
+    if cleanup is not None:
+        cleanup[:] = [t for t in cleanup if not getattr(t, "tea_hint", False)]
 
 
 def __getattr__(name: str):

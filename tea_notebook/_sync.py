@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import concurrent.futures
+import sys
 import threading
 from typing import Any, Coroutine, TypeVar
 
@@ -29,10 +30,12 @@ def _background_loop() -> asyncio.AbstractEventLoop:
 
 
 def _shutdown(loop: asyncio.AbstractEventLoop) -> None:
-    """At exit, cancel what is still pending on the loop (litellm's logging worker, for one) so the
-    interpreter does not print 'Task was destroyed but it is pending'."""
+    """At exit, stop litellm's logging worker properly (its queue drained, its tasks ended) and
+    cancel what else is still pending on the loop, so the interpreter prints neither 'Task was
+    destroyed but it is pending' nor a traceback from a task of a closed loop."""
 
     async def cancel_all() -> None:
+        await _stop_litellm_worker()
         tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
         for task in tasks:
             task.cancel()
@@ -44,6 +47,34 @@ def _shutdown(loop: asyncio.AbstractEventLoop) -> None:
         except Exception:  # noqa: BLE001 - best effort at exit
             pass
         loop.call_soon_threadsafe(loop.stop)
+
+
+async def _stop_litellm_worker(drain: float = 1.0) -> None:
+    """Drain (for at most ``drain`` seconds) and stop litellm's logging worker when it runs on this
+    loop. Every litellm call of the library runs on the background loop (see :func:`on_background`),
+    so the worker lives there and nowhere else."""
+    module = sys.modules.get("litellm.litellm_core_utils.logging_worker")
+    worker = getattr(module, "GLOBAL_LOGGING_WORKER", None)
+    if worker is None or getattr(worker, "_bound_loop", None) is not asyncio.get_running_loop():
+        return
+    try:
+        await asyncio.wait_for(worker.flush(), drain)
+    except Exception:  # noqa: BLE001 - best effort at exit: a slow callback is dropped, not waited for
+        pass
+    try:
+        await worker.stop()
+    except Exception:  # noqa: BLE001
+        pass
+
+
+def exit_first() -> None:
+    """Run this module's exit handler before those registered so far (litellm registers its own
+    queue flush at import, which would otherwise run first and open a loop of its own)."""
+    with _lock:
+        loop = _loop
+    if loop is not None and not loop.is_closed():
+        atexit.unregister(_shutdown)
+        atexit.register(_shutdown, loop)
 
 
 def submit(coro: Coroutine[Any, Any, T]) -> "concurrent.futures.Future[T]":

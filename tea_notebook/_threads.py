@@ -77,6 +77,11 @@ class ActionThreads:
             jobs = sorted((j for j in self._running if j.owner is owner), key=lambda j: j.started)
             return [f"{j.label} for {now - j.started:.1f} s" for j in jobs]
 
+    def running(self, label: str) -> bool:
+        """Whether an action or tool with this ``label`` (``"tool NAME"``) is running now."""
+        with self._cond:
+            return any(j.label == label for j in self._running)
+
     @property
     def busy(self) -> int:
         """How many threads are running an action now."""

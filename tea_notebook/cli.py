@@ -135,6 +135,39 @@ class _StepLog:
             print(f"{depth}  error: {d.get('message')}", flush=True)
 
 
+def cmd_eval(args: argparse.Namespace) -> int:
+    from tea_notebook.eval.runner import evaluate
+
+    ws = _workspace(args)
+    if args.tasks in ("list", "show"):
+        if args.tasks == "list":
+            for r in ws.evaluations():
+                print(f"{r['name']:32s} {r['tasks']:5d} tasks  {r['correct']:5d} correct  {r['errors']:4d} errors")
+            return 0
+        if not args.name:
+            print("tea eval show needs --name", file=sys.stderr)
+            return 2
+        results = ws.evaluation(args.name)
+        print(json.dumps(results.summary()) if args.json else results.text(limit=10_000))
+        return 0
+    tasks: Any = args.tasks
+    if tasks == "sample":
+        from tea_notebook.eval.datasets import sample_path
+
+        tasks = sample_path()
+    results = evaluate(
+        ws, args.agent, tasks, name=args.name, model=args.model, scorer=args.scorer, concurrency=args.concurrency,
+        timeout=args.timeout, max_steps=args.max_steps, max_tokens=args.max_tokens, cost_cap=args.cost_cap,
+        retry_errors=args.retry_errors, limit=args.limit, engine=args.engine, address=args.address,
+        progress="off" if args.json else "auto",
+    )
+    if args.json:
+        print(json.dumps(results.summary()))
+    else:
+        print(results.text(limit=args.show))
+    return 0
+
+
 def cmd_runs(args: argparse.Namespace) -> int:
     import datetime as dt
 
@@ -149,6 +182,24 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 def cmd_show(args: argparse.Namespace) -> int:
     print(_workspace(args).trajectory(args.run).text())
+    return 0
+
+
+def cmd_mcp_serve(args: argparse.Namespace) -> int:
+    """``tea mcp serve``: the named tools and agents of a workspace, over stdio or streamable HTTP."""
+    from tea_notebook._sync import run_sync
+    from tea_notebook.envs.mcp_server import exports, serve
+
+    ws = _workspace(args)
+    tools = [t.strip() for t in (args.tools or "").split(",") if t.strip()]
+    agents = [a.strip() for a in (args.agents or "").split(",") if a.strip()]
+    try:
+        exports(ws, tools, agents)  # what is missing is said before anything starts
+        run_sync(serve(ws, tools, agents, transport=args.transport, host=args.host, port=args.port, name=args.name))
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        ws.close()
     return 0
 
 
@@ -203,6 +254,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-steps", type=int, default=None)
     p.add_argument("--json", action="store_true", help="print only the RunResult as JSON")
     p.set_defaults(func=cmd_run)
+    p = sub.add_parser("eval", help="evaluate an agent on a task set (resumable: the same --name skips finished tasks)")
+    p.add_argument("tasks", help="GAIA metadata.jsonl or its folder, a JSONL / CSV of questions and answers, "
+                   "'sample', or 'list' / 'show' (stored evaluations)")
+    p.add_argument("--agent", default="agent", help="a registered agent, or orchestra, researcher, toolself, coral...")
+    p.add_argument("--name", default=None, help="the evaluation's name (rerun it to resume)")
+    p.add_argument("--model", default=None, help="a litellm model name, or tea/test, tea/demo, tea/replay:PATH")
+    p.add_argument("--scorer", default="gaia", choices=["gaia", "exact", "contains"])
+    p.add_argument("--concurrency", type=int, default=1)
+    p.add_argument("--timeout", type=float, default=None, help="seconds per task")
+    p.add_argument("--max-steps", type=int, default=None, help="step limit per task")
+    p.add_argument("--max-tokens", type=int, default=None, help="token budget per task")
+    p.add_argument("--cost-cap", type=float, default=None, help="USD for the evaluation: no new task starts past it")
+    p.add_argument("--retry-errors", action="store_true", help="run the tasks that ended in an error again")
+    p.add_argument("--limit", type=int, default=None, help="only the first N tasks")
+    p.add_argument("--engine", choices=["local", "ray"], default="local")
+    p.add_argument("--address", default=None, help="a Ray cluster to join (default: a local Ray)")
+    p.add_argument("--show", type=int, default=20, help="rows of the results to print")
+    p.add_argument("--json", action="store_true", help="print only the summary as JSON")
+    p.set_defaults(func=cmd_eval)
     p = sub.add_parser("runs", help="list past runs")
     p.add_argument("--limit", type=int, default=20)
     p.set_defaults(func=cmd_runs)
@@ -216,6 +286,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="docs/_run", help="folder for --headless output (default docs/_run)")
     p.add_argument("lab_args", nargs=argparse.REMAINDER, help="after --: options for JupyterLab (--port 8899 ...)")
     p.set_defaults(func=cmd_notebooks)
+    p = sub.add_parser("mcp", help="MCP: serve a workspace's tools and agents to MCP clients")
+    mcp_sub = p.add_subparsers(dest="mcp_command", required=True)
+    p = mcp_sub.add_parser("serve", parents=[common], help="serve the named tools and agents (A2T) over MCP")
+    p.add_argument("--tools", default="", help="comma-separated tool names to export")
+    p.add_argument("--agents", default="", help="comma-separated agent names to export as tools")
+    p.add_argument("--transport", choices=["stdio", "http"], default="stdio")
+    p.add_argument("--host", default="127.0.0.1", help="HTTP only (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8765, help="HTTP only (default 8765); the endpoint is /mcp")
+    p.add_argument("--name", default=None, help="the server's name (default: the workspace folder's)")
+    p.set_defaults(func=cmd_mcp_serve)
     return parser
 
 

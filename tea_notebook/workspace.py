@@ -34,12 +34,15 @@ if TYPE_CHECKING:
     from tea_notebook.agents.researcher import DeepResearcher
     from tea_notebook.agents.toolself import ToolSelfAgent
     from tea_notebook.agents.training_data import ExportReport
+    from tea_notebook.envs.mcp_client import MCPClients
     from tea_notebook.envs.tool_executor import GeneratedToolExecutor
+    from tea_notebook.eval.results import EvalResults
     from tea_notebook.evolve.agent_bank import AgentBank
     from tea_notebook.evolve.experience import ExperienceMemory
     from tea_notebook.evolve.toolmaker import ToolMaker
     from tea_notebook.runtime.agent import Agent, RunResult
     from tea_notebook.runtime.events import EventLog
+    from tea_notebook.runtime.jobs import Jobs
     from tea_notebook.runtime.memory import MemoryStore
     from tea_notebook.runtime.trajectory import Trajectory
 
@@ -55,9 +58,19 @@ class Workspace:
     """
 
     def __init__(
-        self, path: str | Path = _DEFAULT_PATH, *, embedder: "str | Embedder | None" = None, model: str | None = None
+        self,
+        path: str | Path = _DEFAULT_PATH,
+        *,
+        embedder: "str | Embedder | None" = None,
+        model: str | None = None,
+        model_timeout: float | None = None,
+        model_retries: int | None = None,
+        api_base: str | None = None,
     ):
         self.path = Path(path).expanduser().resolve()
+        #: model calls of this workspace's runs (where an agent's ModelClient sets none): seconds per
+        #: attempt, retries of transient errors (defaults 60 s and 1), an OpenAI-compatible server URL
+        self.model_timeout, self.model_retries, self.api_base = model_timeout, model_retries, api_base
         if self.path.exists() and not self.path.is_dir():
             raise WorkspaceError(f"workspace path {self.path} exists and is not a folder")
         try:
@@ -67,7 +80,9 @@ class Workspace:
         self.db = Database(self.path / "tea.db")
         self._events = None
         self._live_agents: dict[str, Any] = {}
+        self._jobs: "Jobs | None" = None
         self._executor: "GeneratedToolExecutor | None" = None
+        self._mcp: "MCPClients | None" = None
         stored = self.db.meta("embedder")
         self.embedder = resolve_embedder(embedder if embedder is not None else stored)
         spec = embedder_spec(self.embedder)
@@ -77,6 +92,7 @@ class Workspace:
         # TCP gets the out-of-process executor of generated tools and the tool manager from here too
         self.tools.executor = self._generated_tool_executor
         self.tools.tool_maker = _tool_maker
+        self.tools.mcp = self._mcp_clients  # MCP import: sessions of ECP's session manager, from envs/
         self.toolkits = ToolkitRegistry(self, ToolkitRecord)
         # ECP gets its session manager and built-in environments from here: protocol/ sits below envs/
         self.envs = EnvironmentRegistry(
@@ -89,6 +105,14 @@ class Workspace:
         self.experience: Registry[ExperienceRecord] = Registry(self, ExperienceRecord)
         if model is not None:
             self.default_model = model
+
+    def _mcp_clients(self) -> "MCPClients":
+        """The MCP servers this workspace imported tools from (made on first use)."""
+        if self._mcp is None:
+            from tea_notebook.envs.mcp_client import MCPClients
+
+            self._mcp = MCPClients(self.envs.manager)
+        return self._mcp
 
     def _generated_tool_executor(self) -> "GeneratedToolExecutor":
         """The executor of this workspace's generated tools (made on the first call of one)."""
@@ -107,6 +131,16 @@ class Workspace:
     @default_model.setter
     def default_model(self, value: str | None) -> None:
         self.db.set_meta("default_model", value or "")
+
+    @property
+    def jobs(self) -> "Jobs":
+        """The background runs started from this workspace in this process (``agent.start(task)``,
+        ``%%agent --background``): list them, wait for them, stop them."""
+        if self._jobs is None:
+            from tea_notebook.runtime.jobs import Jobs
+
+            self._jobs = Jobs(self)
+        return self._jobs
 
     @property
     def events(self) -> "EventLog":
@@ -203,6 +237,30 @@ class Workspace:
 
         return export_training_data(self, runs, path, format=format, label=label, overwrite=overwrite)
 
+    def evaluate(self, agent: Any, tasks: Any, **options: Any) -> "EvalResults":
+        """Run ``agent`` (an agent object or a registered name) over a task set (GAIA ``metadata.jsonl``,
+        a JSONL / CSV of questions and answers, or a list), score and store each answer; rerunning the
+        same ``name=`` resumes. Options: see :func:`tea_notebook.eval.runner.aevaluate`."""
+        from tea_notebook.eval.runner import evaluate
+
+        return evaluate(self, agent, tasks, **options)
+
+    async def aevaluate(self, agent: Any, tasks: Any, **options: Any) -> "EvalResults":
+        """:meth:`evaluate`, awaited (``await ws.aevaluate(...)`` in a cell)."""
+        from tea_notebook.eval.runner import aevaluate
+
+        return await aevaluate(self, agent, tasks, **options)
+
+    def evaluation(self, name: str) -> "EvalResults":
+        """The stored results of an evaluation."""
+        from tea_notebook.eval.results import EvalResults
+
+        return EvalResults.load(self, name)
+
+    def evaluations(self) -> list[dict]:
+        """Every stored evaluation with its counts, newest first."""
+        return self.db.evaluations()
+
     def runs(self, limit: int = 20) -> list[dict]:
         """Recent top-level runs, newest first."""
         return self.db.runs(limit)
@@ -214,9 +272,17 @@ class Workspace:
         return Trajectory.load(self, run_id)
 
     async def fork(
-        self, run_id: str, step: int, *, model: str | None = None, agent: "Agent | None" = None
+        self,
+        run_id: str,
+        step: int,
+        *,
+        model: str | None = None,
+        agent: "Agent | None" = None,
+        task: str | None = None,
+        context: Context | None = None,
     ) -> "RunResult":
-        """Replay the first ``step`` steps of a run from its events, then continue live (same task).
+        """Replay the first ``step`` steps of a run from its events, then continue live (the same task,
+        or ``task``; under ``context`` when given, so that its cancel flag stops the new run).
         For a CORAL run ``step`` counts messages: the new run starts from the first ``step`` messages."""
         from tea_notebook.agents.kinds import build
         from tea_notebook.runtime.agent import steps_from_events
@@ -236,13 +302,17 @@ class Workspace:
                     history.append({"type": "thread", **e.data})
             if count < step:
                 raise TeaError(f"run {row['id']} has only {count} messages; cannot fork from message {step}")
-            return await runner.run(row["task"], model=model, _replay=history, _fork=(row["id"], step))
+            return await runner.run(
+                task or row["task"], model=model, context=context, _replay=history, _fork=(row["id"], step)
+            )
         if getattr(runner, "kind", "agent") == "toolself" or not hasattr(runner, "_new_run"):
             raise TeaError(f"run {row['id']} ({row['agent']}) cannot be forked: forking replays agent-loop steps")
         replay = steps_from_events(self.events.events(row["id"], nested=False), step)
         if len(replay) < step:
             raise TeaError(f"run {row['id']} has only {len(replay)} steps; cannot fork from step {step}")
-        return await runner.run(row["task"], model=model, _replay=replay, _fork=(row["id"], step))
+        return await runner.run(
+            task or row["task"], model=model, context=context, _replay=replay, _fork=(row["id"], step)
+        )
 
     def context(self, name: str | None = None) -> Context:
         """A new run context for bind / route / invoke (``with ws.context() as ctx:``)."""

@@ -424,7 +424,9 @@ def test_tool_exceptions_and_timeouts_are_observations(ws):
     )
     agent = ws.agent("t", model=script.name, tools=["fragile", "sleepy"], tool_timeout=0.2, max_consecutive_errors=2)
     result = agent.run_sync("be brave")
-    assert result.status == "success" and result.answer == "survived"
+    # the run goes on after each failure; but the last tool call failed and nothing recovered, so the
+    # scripted model's success=True is not taken at its word (first-ten-minutes item 1)
+    assert result.status == "failed" and result.answer == "survived"
     assert "Error (ValueError): cannot handle 7" in user_text(script.calls[1])
     assert "Error: sleepy timed out" in user_text(script.calls[2])
     results = {e.data["name"]: e.data for e in ws.events.events(result.run_id) if e.type == "tool_result"}
@@ -716,7 +718,11 @@ def test_cancel_from_another_thread_interrupts_the_run(ws):
     result = box["result"]
     assert result.status == "interrupted" and result.error == "stopped by the user"
     stored = ws.events.events(result.run_id)
-    assert types_of(stored) == ["run_started", "model_request", "model_response", "tool_call", "run_finished"]
+    # the trajectory says which tool the stop cut short, and that it is still running (it sleeps on)
+    assert types_of(stored) == [
+        "run_started", "model_request", "model_response", "tool_call", "tool_result", "error", "run_finished"
+    ]
+    assert stored[4].data["error_type"] == "Interrupted" and stored[5].data["still_running"] == ["nap"]
     assert stored[-1].data["status"] == "interrupted"
     assert ws.db.run_row(result.run_id)["status"] == "interrupted"
 

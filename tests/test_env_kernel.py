@@ -49,6 +49,13 @@ def granted() -> Context:
     return ctx
 
 
+def reading() -> Context:
+    """A context granted kernel.read only: values can be read, nothing changed."""
+    ctx = Context()
+    ctx.grants.add("kernel.read")
+    return ctx
+
+
 def started(ns: dict[str, Any], context: Context | None = None, **config: Any) -> KernelEnvironment:
     env = KernelEnvironment(Path("unused"), context, namespace=ns, **config)
     asyncio.run(env.start())
@@ -57,6 +64,13 @@ def started(ns: dict[str, Any], context: Context | None = None, **config: Any) -
 
 def run(env: KernelEnvironment, code: str) -> str:
     return asyncio.run(env.call("run", {"code": code}))
+
+
+def run_failing(env: KernelEnvironment, code: str) -> str:
+    """Code that raises makes the action fail (the run's status sees it); the message is the output."""
+    with pytest.raises(EnvironmentFailure) as info:
+        run(env, code)
+    return str(info.value)
 
 
 @pytest.fixture
@@ -110,16 +124,17 @@ def test_start_picks_up_the_running_shells_namespace(monkeypatch):
     env = KernelEnvironment(Path("unused"))
     asyncio.run(env.start())
     assert env.namespace is user_ns
-    assert env.variables() == "1 variable:\nx: int = 1"
+    # no grant: names and types, no values
+    assert env.variables() == "1 variable:\nx: int\n(names and types only: values need the kernel.read grant)"
     user_ns["In"] = [1, 2]  # the user rebinds a hidden name: now it is theirs
-    assert "In: list, len 2 = [1, 2]" in env.variables()
+    assert "In: list, len 2" in env.variables().splitlines()
     asyncio.run(env.reset())
     assert env.namespace is user_ns
 
 
 # -- reading --------------------------------------------------------------------------------------
 def test_variables_lists_user_data_with_shapes(ns):
-    env = started(ns)
+    env = started(ns, reading())
     lines = env.variables().splitlines()
     assert lines == [
         "6 variables:",
@@ -140,7 +155,7 @@ def test_variables_lists_user_data_with_shapes(ns):
 
 def test_variables_and_state_are_bounded(ns):
     ns.update({f"v{i:03d}": list(range(1000)) for i in range(300)})
-    env = started(ns)
+    env = started(ns, reading())
     listing = env.variables().splitlines()
     assert listing[0] == "306 variables:"
     assert len("\n".join(listing)) < env.max_chars + 200
@@ -148,7 +163,7 @@ def test_variables_and_state_are_bounded(ns):
     assert "[0, 1, 2, 3, 4, ...]" in listing[1] or "[0, 1, 2, 3, 4, ...]" in listing[-3]
     state = env.state()
     assert len(state) < env.max_state_chars + 300
-    assert state.endswith("writes this run: 0 (read-only (no kernel.write grant))")
+    assert state.endswith("writes this run: 0 (read-only (kernel.read granted, no kernel.write grant))")
 
 
 def test_describe_duck_types_without_importing_pandas():
@@ -168,7 +183,7 @@ def test_describe_duck_types_without_importing_pandas():
 
 
 def test_read_summaries(ns):
-    env = started(ns, max_chars=300)
+    env = started(ns, reading(), max_chars=300)
     assert env.read("scores") == "scores: list, len 3\n[3, 1, 2]"
     assert env.read("grid") == "grid: ndarray, shape (2, 3), dtype int64\narray([[0, 1, 2],\n       [3, 4, 5]])"
     frame = env.read("frame")
@@ -206,7 +221,11 @@ def test_write_and_run_are_refused_without_the_grant(ns, context):
         run(env, "scores.clear()\nhacked = True")
     assert ns == before and ns["scores"] == scores and "hacked" not in ns
     assert env.writes == []
-    assert "read-only" in env.state()
+    # without kernel.read, values stay in the notebook: names and types only
+    with pytest.raises(EnvironmentFailure, match="kernel.read refused.*--grant kernel.read"):
+        env.read("scores")
+    assert "[3, 1, 2]" not in env.variables() and "scores: list, len 3" in env.variables()
+    assert "names and types only" in env.state() and "[3, 1, 2]" not in env.state()
 
 
 def test_write_with_the_grant(ns):
@@ -237,16 +256,17 @@ def test_run_with_the_grant(ns):
     assert run(env, "grid * 2").startswith("value: array([[ 0,  2,  4],")
     assert run(env, "None") == "ran without output"
     assert run(env, "") == "ran without output"
-    failed = run(env, "print('before')\nscores.append(9)\nraise ValueError('bad data')")
+    failed = run_failing(env, "print('before')\nscores.append(9)\nraise ValueError('bad data')")
     assert failed.startswith("stdout:\nbefore\nerror:\nTraceback (most recent call last):")
     assert 'File "<kernel-run-' in failed and "raise ValueError('bad data')" in failed
     assert failed.rstrip().endswith("ValueError: bad data")
     assert "_execute" not in failed  # the traceback starts at the agent's code
     assert ns["scores"] == [1, 2, 3, 9]  # what ran before the error stays done, as in a cell
-    syntax = run(env, "def broken(:")
+    syntax = run_failing(env, "def broken(:")
     assert syntax.startswith("error:") and "SyntaxError" in syntax
-    assert "SystemExit: 3" in run(env, "raise SystemExit(3)")
-    assert run(env, "raise KeyboardInterrupt").rstrip().endswith("KeyboardInterrupt")  # an observation, not a crash
+    assert "SystemExit: 3" in run_failing(env, "raise SystemExit(3)")
+    # an observation, not a crash
+    assert run_failing(env, "raise KeyboardInterrupt").rstrip().endswith("KeyboardInterrupt")
     assert [w["action"] for w in env.writes] == ["run"] * 10
     assert env.writes[1]["changed"] == ["mean", "total"] and env.writes[2]["removed"] == ["count"]
     assert [w["ok"] for w in env.writes][-3:] == [False, False, False]
@@ -302,8 +322,14 @@ def test_through_ecp_with_a_namespace(ws, ns, warm_litellm):
 
     ws.envs.add(KernelEnvironment, namespace=ns)
     listing = ws.envs.invoke("kernel", "variables")
-    assert listing.ok and "scores: list, len 3 = [3, 1, 2]" in listing.value
-    assert ws.envs.invoke("kernel", "read", {"name": "config"}).value.endswith("{'mode': 'draft', 'retries': 2}")
+    assert listing.ok and "scores: list, len 3" in listing.value and "[3, 1, 2]" not in listing.value
+    assert not ws.envs.invoke("kernel", "read", {"name": "config"}).ok  # no kernel.read grant
+    with ws.context() as ctx:
+        ctx.grants.add("kernel.read")
+        listing = ws.envs.invoke("kernel", "variables", context=ctx)
+        assert "scores: list, len 3 = [3, 1, 2]" in listing.value
+        config = ws.envs.invoke("kernel", "read", {"name": "config"}, context=ctx).value
+        assert config.endswith("{'mode': 'draft', 'retries': 2}")
     denied = ws.envs.invoke("kernel", "write", {"name": "scores", "value_json": []})
     assert not denied.ok and denied.error["type"] == "EnvironmentFailure"
     assert "--grant kernel.write" in denied.error["message"]
@@ -317,7 +343,8 @@ def test_through_ecp_with_a_namespace(ws, ns, warm_litellm):
         ]
     )
     result = ws.agent("nogrant", model=script.name, envs=["kernel"]).run_sync("empty my scores")
-    assert result.success and ns["scores"] == [3, 1, 2]
+    # the refused kernel_run was never recovered: the script's success=True is not taken at its word
+    assert result.status == "failed" and ns["scores"] == [3, 1, 2]
     [attempt] = [a for s in result.trajectory.steps for a in s.actions if a["name"] == "kernel_run"]
     assert attempt["ok"] is False and "kernel.write grant" in attempt["observation"]
     assert [s.environment for s in ws.envs.sessions()] == ["kernel"]  # the run's own session was released
@@ -418,21 +445,27 @@ def test_real_kernel_namespace_and_a_granted_agent(real_kernel, tmp_path):
     if has_pandas:
         k.execute("import pandas as pd\nframe = pd.DataFrame({'a': [1, 2], 'b': [3.0, 4.0]})")
 
-    listing = k.value("(lambda r: [r.ok, r.value])(_ws.envs.invoke('kernel', 'variables'))")
+    # no grant: names and types only, no values
+    bare = k.value("_ws.envs.invoke('kernel', 'variables').value").splitlines()
+    assert "scores: list, len 3" in bare and not any("[3, 1, 2]" in line for line in bare)
+    assert not k.value("_ws.envs.invoke('kernel', 'read', {'name': 'scores'}).ok")
+    k.execute("_reader = _ws.context()\n_reader.grants.add('kernel.read')")
+    listing = k.value("(lambda r: [r.ok, r.value])(_ws.envs.invoke('kernel', 'variables', context=_reader))")
     assert listing[0], listing
     lines = listing[1].splitlines()
     assert "scores: list, len 3 = [3, 1, 2]" in lines
     assert "config: dict, len 1 = {'mode': 'draft'}" in lines
     assert "grid: ndarray, shape (2, 3), dtype int64" in lines
     assert "functions and classes: KernelEnvironment" in lines
-    for hidden in ("In", "Out", "exit", "quit", "get_ipython", "np", "tea_notebook", "_ws"):
+    for hidden in ("In", "Out", "exit", "quit", "get_ipython", "np", "tea_notebook", "_ws", "_reader"):
         assert not any(line.startswith(f"{hidden}:") for line in lines), hidden
     if has_pandas:
         assert "frame: DataFrame, shape (2, 2), columns ['a', 'b']" in lines
-        assert "0  1  3.0" in k.value("_ws.envs.invoke('kernel', 'read', {'name': 'frame'}).value")
-    assert k.value("_ws.envs.invoke('kernel', 'read', {'name': 'grid'}).value").startswith(
+        assert "0  1  3.0" in k.value("_ws.envs.invoke('kernel', 'read', {'name': 'frame'}, context=_reader).value")
+    assert k.value("_ws.envs.invoke('kernel', 'read', {'name': 'grid'}, context=_reader).value").startswith(
         "grid: ndarray, shape (2, 3), dtype int64\narray([[0, 1, 2],"
     )
+    k.execute("_reader.close()")
     assert k.value("[s.folder.name for s in _ws.envs.sessions()]") == ["interactive"]
 
     # without the grant: refused, with the way to grant it, and nothing changed

@@ -234,7 +234,9 @@ def test_agent_run_gets_its_own_session_in_the_run_folder(ws, warm):
 
     script = ScriptedModel(brain)
     result = ws.agent("coder", model=script.name, envs=["python"]).run_sync("Sum 0..9 in the sandbox")
-    assert result.status == "success" and result.answer == "total is 45"
+    # its last call (total / 0) failed and nothing after it succeeded: the script's success=True is
+    # not taken at its word (first-ten-minutes item 1)
+    assert result.status == "failed" and result.answer == "total is 45"
     run_dir = ws.path / "runs" / result.run_id
     workdir = run_dir / "sandbox"
     assert seen["tools"] == ["done", "python_reset_session", "python_run_python", "python_run_shell"]

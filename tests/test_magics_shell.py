@@ -190,7 +190,16 @@ def test_listings_are_lists_that_display_as_tables(ip, ws):
     assert found.rows and "kettle" in found.rows[0]["description"].lower() and "score" in found.rows[0]
 
     runs = tea(ip, "runs")
-    assert runs == [{"run": result.run_id, "agent": "agent", "status": "success", "task": "Add two numbers."}]
+    total = result.prompt_tokens + result.completion_tokens  # a scripted model's: an estimate, and says so
+    assert runs == [
+        {
+            "run": result.run_id,
+            "agent": "agent",
+            "status": "success",
+            "tokens": f"~{total:,} (estimated)",
+            "task": "Add two numbers.",
+        }
+    ]
     assert f">{result.run_id}<" in runs._repr_html_()
     assert "runs (1)" in ip.display_formatter.format(runs)[0]["text/plain"]
 

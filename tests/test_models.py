@@ -619,7 +619,9 @@ def test_demo_without_tools_says_so():
 
 def test_demo_agent_run_end_to_end(math_ws):
     result = math_ws.agent("d", tools=["multiply", "shout", "add"], model="tea/demo").run_sync("multiply 6 by 7")
-    assert result.status == "success" and result.answer.startswith("42.0") and "not an LLM" in result.answer
+    # the demo relays the tool's result without checking it: the run says so instead of 'success'
+    assert result.status == "unverified" and not result.success
+    assert result.answer.startswith("42.0") and "not an LLM" in result.answer
     assert [a["name"] for s in result.trajectory.steps for a in s.actions] == ["multiply", "done"]
 
 

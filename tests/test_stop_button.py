@@ -182,10 +182,10 @@ def test_a_plain_shell_shows_no_stop_button(ip, shell_ws, monkeypatch):
 def test_the_live_view_follows_only_its_cells_run_tree():
     import asyncio
 
-    from tea_notebook.notebook.magics import _CellRuns
+    from tea_notebook.runtime.jobs import RunTree
 
     seen: list[str] = []
-    follow = _CellRuns(lambda e: seen.append(e.run_id), "cellctx")
+    follow = RunTree("cellctx", lambda e: seen.append(e.run_id))
 
     def emit(run_id: str, parent: str | None = None, root: str | None = None) -> None:
         follow(

@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
-from tea_notebook._sync import run_sync
 from tea_notebook.agents.a2a import (
     MAIN_THREAD,
     ORCHESTRATOR_TOOLS,
@@ -33,6 +32,7 @@ from tea_notebook.models.client import ModelClient, resolve_model
 from tea_notebook.protocol.context import Context
 from tea_notebook.protocol.records import AgentRecord
 from tea_notebook.runtime.agent import Agent, RunResult, _Run, sub_agent_answer
+from tea_notebook.runtime.jobs import Runnable
 from tea_notebook.runtime.runlog import RunLog
 
 if TYPE_CHECKING:
@@ -142,7 +142,7 @@ def _worker_spec(name: str, value: Any, ws: "Workspace") -> dict[str, Any]:
     return spec
 
 
-class CoralTeam:
+class CoralTeam(Runnable):
     """A CORAL team registered in ACP (kind ``coral``): the orchestrator, the planner (``planner=False``
     leaves it out) and ``workers``. ``model`` is every agent's model unless ``models`` names one for a
     member or a group (``"orchestrator"``, ``"planner"``, ``"workers"``).
@@ -384,10 +384,6 @@ class CoralTeam:
             error,
             ws,
         )
-
-    def run_sync(self, task: str, files: list[str] | None = None, **kwargs: Any) -> RunResult:
-        """:meth:`run` from synchronous code, also inside a running event loop (a notebook cell)."""
-        return run_sync(self.run(task, files, **kwargs))
 
     async def _runner(self, task: str, files: list[str] | None = None, context: Context | None = None) -> str:
         """ACP runner: the team's run nested under the caller's; its answer, or an error."""

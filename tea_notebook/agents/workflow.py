@@ -9,11 +9,11 @@ import json
 import time
 from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
-from tea_notebook._sync import run_sync
 from tea_notebook.models.client import ModelClient, ModelError, resolve_model
 from tea_notebook.protocol.context import Context
 from tea_notebook.protocol.records import AgentRecord
 from tea_notebook.runtime.agent import RunResult, _parse_json_object, sub_agent_answer
+from tea_notebook.runtime.jobs import Runnable
 from tea_notebook.runtime.runlog import Process, RunInterrupted
 
 if TYPE_CHECKING:
@@ -36,7 +36,7 @@ class Budget:
         return None
 
 
-class WorkflowAgent:
+class WorkflowAgent(Runnable):
     """Base class of the specialist workflow agents. Subclasses set ``kind`` and implement ``_work``.
 
     The agent is registered in ACP under ``name`` (kind and settings in the card's metadata), so a
@@ -137,10 +137,6 @@ class WorkflowAgent:
             error,
             self.workspace,
         )
-
-    def run_sync(self, task: str, files: list[str] | None = None, **kwargs: Any) -> RunResult:
-        """:meth:`run` from synchronous code, also inside a running event loop (a notebook cell)."""
-        return run_sync(self.run(task, files, **kwargs))
 
     async def _runner(self, task: str, files: list[str] | None = None, context: Context | None = None) -> str:
         """ACP runner: a nested run under the caller's; its answer, or an error."""

@@ -1,10 +1,13 @@
 """The ``kernel`` environment: the live notebook namespace (the user's variables) as an environment.
 
-Reading is always allowed: ``variables`` lists what the notebook holds (type, shape, length),
-``read`` summarises one value. Changing the user's data is not: ``write`` and ``run`` work only in
-a run the person granted ``kernel.write`` (``%%agent --grant kernel.write`` or
-``agent.run(..., grants=["kernel.write"])``), and every change is an action in the trajectory and
-an entry of :attr:`KernelEnvironment.writes`.
+Without a grant the agent sees names and types only (``variables``: type, shape or length, no
+values). Reading values needs the ``kernel.read`` grant (``read``, and previews in ``variables``);
+changing the user's data needs ``kernel.write`` (``write`` and ``run``; it includes reading, since
+code can print anything). Grant them per run: ``%%agent --grant kernel.read`` or
+``agent.run(..., grants=["kernel.write"])``. Every change is an action in the trajectory and an
+entry of :attr:`KernelEnvironment.writes`. Whatever is read is redacted first
+(:func:`tea_notebook.redaction.redact`): secret-named variables show ``[redacted]``, secret-shaped
+text is replaced.
 
 Nothing here imports pandas or numpy: shapes, dtypes and columns are read by duck typing.
 """
@@ -29,9 +32,12 @@ from pathlib import Path
 from typing import Any, ClassVar, Iterator
 
 from tea_notebook.envs.base import Environment, EnvironmentFailure, action
+from tea_notebook.redaction import REDACTED, is_secret_name, redact
 
 GRANT = "kernel.write"
+READ_GRANT = "kernel.read"
 HOW_TO_GRANT = '`%%agent --grant kernel.write` or `agent.run(..., grants=["kernel.write"])`'
+HOW_TO_GRANT_READ = '`%%agent --grant kernel.read` or `agent.run(..., grants=["kernel.read"])`'
 
 # names IPython puts in the namespace that are not the user's (when its own hidden list is unknown)
 _IPYTHON_NAMES = frozenset({"In", "Out", "exit", "quit", "get_ipython"})
@@ -103,16 +109,17 @@ def _cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def describe(value: Any) -> str:
+def describe(value: Any, contents: bool = True) -> str:
     """Type, shape / dtype / columns or length of a value, read by duck typing (no pandas or numpy
-    import): ``DataFrame, shape (3, 2), columns ['a', 'b']``, ``list, len 3``."""
+    import): ``DataFrame, shape (3, 2), columns ['a', 'b']``, ``list, len 3``. ``contents=False``
+    leaves out column names (they are the person's data too)."""
     parts = [type(value).__name__]
     if isinstance(value, type):
         return "class"
     shape = _attr(value, "shape")
     if isinstance(shape, tuple):
         parts.append(f"shape {tuple(shape)}")
-        columns = _attr(value, "columns")
+        columns = _attr(value, "columns") if contents else None
         if columns is not None and not isinstance(columns, (str, bytes)):
             try:
                 names = [str(c) for c in itertools.islice(iter(columns), 11)]
@@ -149,9 +156,18 @@ def _preview(value: Any) -> str:
     return _cut(" ".join(text.split()), 80)
 
 
+def _shown(name: str, text: str) -> str:
+    """What the model may see of a value's text: ``[redacted]`` for a secret-named variable, the text
+    with secrets replaced otherwise."""
+    head = name.strip().split(".", 1)[0]
+    if is_secret_name(head) or is_secret_name(name.strip().rsplit(".", 1)[-1]):
+        return REDACTED
+    return str(redact(text))
+
+
 class KernelEnvironment(Environment):
-    """The live notebook namespace: list and read the user's variables; with the ``kernel.write``
-    grant, set variables and run code in it.
+    """The live notebook namespace: the user's variables by name and type; with the ``kernel.read``
+    grant their values; with the ``kernel.write`` grant, set variables and run code in it.
 
     ``namespace``: the dict to expose (by default the running IPython kernel's ``user_ns``).
     ``max_chars``: the longest text one ``read`` or ``run`` returns.
@@ -159,12 +175,13 @@ class KernelEnvironment(Environment):
 
     name: ClassVar[str] = "kernel"
     description: ClassVar[str] = (
-        "The person's live notebook namespace: list and read their variables; write variables and run "
-        "code there only when the run was granted kernel.write."
+        "The person's live notebook namespace: list their variables (names and types); read values only "
+        "when the run was granted kernel.read; write variables and run code there only with kernel.write."
     )
     rules: ClassVar[str] = (
-        "These are the person's own variables: inspect with variables and read. write and run change their "
-        "data and need the kernel.write grant; do not retry them when refused, say what you would change."
+        "These are the person's own variables. variables lists names and types; read shows a value and needs "
+        "the kernel.read grant; write and run change their data and need the kernel.write grant. Do not retry "
+        "an action that was refused: say what you would read or change."
     )
     category: ClassVar[str] = "notebook"
     scope: ClassVar[str] = "run"
@@ -234,7 +251,12 @@ class KernelEnvironment(Environment):
             return self._hidden[name] is not value  # a user value that reuses a hidden name
         return name not in _IPYTHON_NAMES
 
+    def _granted(self, grant: str) -> bool:
+        grants = getattr(self.context, "grants", None) or set()
+        return grant in grants or (grant == READ_GRANT and GRANT in grants)
+
     def _listing(self, limit_items: int, limit_chars: int) -> str:
+        readable = self._granted(READ_GRANT)
         variables, functions = [], []
         for name, value in sorted(self._snapshot().items()):
             if not self.is_user_variable(name, value):
@@ -249,8 +271,8 @@ class KernelEnvironment(Environment):
         used = len(lines[0])
         shown = 0
         for name, value in variables:
-            preview = _preview(value)
-            line = f"{name}: {describe(value)}" + (f" = {preview}" if preview else "")
+            preview = _shown(name, _preview(value)) if readable else ""
+            line = f"{name}: {describe(value, readable)}" + (f" = {preview}" if preview else "")
             if shown >= limit_items or used + len(line) > limit_chars:
                 break
             lines.append(line)
@@ -260,14 +282,23 @@ class KernelEnvironment(Environment):
             lines.append(f"… {len(variables) - shown} more (read one by name)")
         if functions:
             lines.append(_cut("functions and classes: " + ", ".join(functions), 400))
+        if not readable:
+            lines.append(f"(names and types only: values need the {READ_GRANT} grant)")
         return "\n".join(lines)
 
     def _require_write(self, what: str) -> None:
-        grants = getattr(self.context, "grants", None) or set()
-        if GRANT not in grants:
+        if not self._granted(GRANT):
             raise EnvironmentFailure(
                 f"kernel.{what} refused: changing the notebook's variables needs the {GRANT} grant, which this "
                 f"run does not have. The person can grant it with {HOW_TO_GRANT}."
+            )
+
+    def _require_read(self) -> None:
+        if not self._granted(READ_GRANT):
+            raise EnvironmentFailure(
+                f"kernel.read refused: reading the values of the notebook's variables needs the {READ_GRANT} "
+                f"grant, which this run does not have (variables lists names and types without it). The person "
+                f"can grant it with {HOW_TO_GRANT_READ}."
             )
 
     def _lookup(self, name: str) -> Any:
@@ -291,21 +322,23 @@ class KernelEnvironment(Environment):
     # -- actions ------------------------------------------------------------------------------
     @action
     def variables(self) -> str:
-        """List the person's variables in the notebook with their type and shape or length.
+        """List the person's variables in the notebook with their type and shape or length (and a
+        short preview of each value when the run has the kernel.read grant).
 
         Returns:
-            One variable per line: "name: type, shape/len = short preview".
+            One variable per line: "name: type, shape/len" (+ " = short preview" with kernel.read).
         """
         return self._listing(self.max_variables, self.max_chars)
 
     @action
     def read(self, name: str) -> str:
         """Show one variable: its type, shape or length, and a bounded view of its value (the first
-        rows of a table).
+        rows of a table). Needs the kernel.read grant.
 
         Args:
             name: the variable's name; public attributes may follow with dots (df.columns)
         """
+        self._require_read()
         value = self._lookup(name)
         header = f"{name}: {describe(value)}"
         limit = self.max_chars
@@ -330,6 +363,7 @@ class KernelEnvironment(Environment):
                 body = _FULL.repr(value)
         except Exception as exc:  # noqa: BLE001 - a value that cannot be shown is described instead
             body = f"<cannot show the value: {type(exc).__name__}: {exc}>"
+        body = _shown(name, body)
         if len(body) > limit:
             body, note = body[: limit - 1] + "…", note or f"(cut to {limit} characters)"
         return "\n".join(x for x in (header, body, note) if x)
@@ -452,8 +486,11 @@ class KernelEnvironment(Environment):
                     if x
                 )
             )
-        text = "\n".join(parts) if parts else "ran without output"
-        return text if len(text) <= self.max_chars else _cut(text, self.max_chars) + " (output cut)"
+        text = redact("\n".join(parts) if parts else "ran without output")
+        text = text if len(text) <= self.max_chars else _cut(text, self.max_chars) + " (output cut)"
+        if error is not None:  # the code failed: the action fails, with everything it printed
+            raise EnvironmentFailure(text)
+        return text
 
     # -- what the prompt shows ---------------------------------------------------------------
     def state(self) -> str:
@@ -461,6 +498,10 @@ class KernelEnvironment(Environment):
         if self.namespace is None:
             return "kernel: not attached"
         listing = self._listing(30, self.max_state_chars)
-        granted = GRANT in (getattr(self.context, "grants", None) or set())
-        mode = "write granted" if granted else "read-only (no kernel.write grant)"
+        if self._granted(GRANT):
+            mode = "write granted"
+        elif self._granted(READ_GRANT):
+            mode = "read-only (kernel.read granted, no kernel.write grant)"
+        else:
+            mode = "names and types only (no kernel.read or kernel.write grant)"
         return f"{listing}\nwrites this run: {len(self.writes)} ({mode})"

@@ -643,7 +643,13 @@ class PythonSandbox(Environment):
         try:
             return await asyncio.shield(work)
         except asyncio.CancelledError:
-            self.interrupt()  # the run was stopped: stop the code too, then let the thread finish
+            stop = getattr(self.context, "cancel", None)
+            if stop is not None and stop.is_set():
+                # the run was stopped: kill the child (restarted on the next call) so nothing the
+                # code was about to do lands after the stop, even code that swallows KeyboardInterrupt
+                self.kill()
+            else:
+                self.interrupt()  # a time limit: stop the code, keep the session
             raise
 
     # -- actions -------------------------------------------------------------------------------

@@ -12,15 +12,24 @@ import json
 import logging
 import os
 import random
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tea_notebook._sync import on_background
 from tea_notebook.errors import TeaError
 
 log = logging.getLogger(__name__)
 DEMO_MODEL = "tea/demo"
+#: a model call's defaults, sized for a person waiting in a notebook (a provider that is down is
+#: said within about two minutes, not eight): seconds per attempt, and retries of transient errors
+DEFAULT_TIMEOUT = 60.0
+DEFAULT_RETRIES = 1
+#: the key sent to a local OpenAI-compatible server that needs none (litellm insists on one)
+LOCAL_PLACEHOLDER_KEY = "sk-local-no-key-needed"
+_LOCAL_HOSTS = ("localhost", "127.0.0.1", "0.0.0.0", "::1", "[::1]", "host.docker.internal")
 NO_MODEL_NOTE = (
     "No model is configured, so the offline demo model (tea/demo, scripted, not an LLM) runs. "
     "Set one with TEA_MODEL=provider/model (any litellm model name, or a local server's), "
@@ -74,6 +83,18 @@ def is_offline(model: str) -> bool:
     return model.startswith("tea/")
 
 
+#: how token counts of the scripted offline models are labelled wherever they are shown
+ESTIMATED = "estimated: scripted model, no tokenizer"
+
+
+def tokens_estimated(model: str) -> bool:
+    """True when a model's token counts are estimates: the scripted offline models (``tea/demo``,
+    ``tea/test``, ``tea/script:…``) count characters, not a tokenizer's tokens. A replayed cassette's
+    counts are the recorded ones. ``model`` may be a display name (it starts with the model name)."""
+    name = model.split(" ", 1)[0]
+    return is_offline(name) and not name.startswith("tea/replay:")
+
+
 def takes_images(model: str, override: bool | None = None) -> bool:
     """Whether to send ``model`` images: ``override`` when set, else what litellm knows of the model
     (offline and unknown models: no)."""
@@ -115,6 +136,47 @@ def _retryable(exc: Exception, model: str) -> bool:
     return not is_offline(model) or name == "RateLimitError"
 
 
+def api_base_of(model: str, params: dict[str, Any] | None = None) -> str | None:
+    """The server URL a call to ``model`` goes to when one is set: ``api_base`` / ``base_url`` in
+    ``params``, else (for OpenAI-compatible models) ``OPENAI_API_BASE`` / ``OPENAI_BASE_URL``."""
+    params = params or {}
+    for key in ("api_base", "base_url"):
+        if params.get(key):
+            return str(params[key])
+    if is_offline(model):
+        return None
+    if model.startswith(("openai/", "text-completion-openai/")) or "/" not in model:
+        return os.environ.get("OPENAI_API_BASE") or os.environ.get("OPENAI_BASE_URL") or None
+    return None
+
+
+def is_local(url: str | None) -> bool:
+    """True for a server on this machine (``localhost``, ``127.0.0.1``, ``::1`` …)."""
+    if not url:
+        return False
+    from urllib.parse import urlparse
+
+    try:
+        host = (urlparse(url if "://" in url else f"http://{url}").hostname or "").lower()
+    except ValueError:
+        return False
+    return host in _LOCAL_HOSTS or host.startswith("127.")
+
+
+def _unreachable(exc: BaseException) -> BaseException | None:
+    """The connection-refused (or unknown host) error inside ``exc``'s chain: not transient, so
+    never retried."""
+    import socket
+
+    seen = 0
+    while exc is not None and seen < 10:
+        if isinstance(exc, (ConnectionRefusedError, socket.gaierror)):
+            return exc
+        exc = getattr(exc, "original_exception", None) or exc.__cause__ or exc.__context__
+        seen += 1
+    return None
+
+
 def _friendly(model: str, exc: Exception) -> ModelError:
     """One readable sentence naming the model and, where it helps, the variable to set."""
     kind = type(exc).__name__
@@ -154,9 +216,14 @@ def _cost(model: str, response: Any, prompt: int, completion: int) -> float:
 def _litellm() -> Any:
     """Import litellm quietly and offline (no price-list download, no banner on errors)."""
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    first = "litellm" not in sys.modules
     import litellm
 
     litellm.suppress_debug_info = True
+    if first:
+        from tea_notebook import _sync
+
+        _sync.exit_first()  # our exit handler stops litellm's logging worker before litellm's own runs
     return litellm
 
 
@@ -174,6 +241,11 @@ def _tea_cause(exc: BaseException) -> TeaError | None:
 class ModelClient:
     """Calls models through litellm with retries, a timeout and cost accounting.
 
+    ``timeout`` (seconds per attempt) and ``retries`` (of transient errors: rate limits, timeouts,
+    5xx) default to the caller's ``defaults`` (a workspace's ``model_timeout`` / ``model_retries``),
+    else :data:`DEFAULT_TIMEOUT` and :data:`DEFAULT_RETRIES`. A server that refuses the connection
+    is reported at once, naming its URL, and never retried. ``api_base`` (in ``params``) points at
+    an OpenAI-compatible server; a local one gets a placeholder key when no key is set.
     ``record`` names a JSONL cassette: every real call is appended to it, so the same run can be
     replayed offline later as ``tea/replay:PATH``.
     """
@@ -181,41 +253,94 @@ class ModelClient:
     def __init__(
         self,
         *,
-        retries: int = 3,
-        timeout: float = 120.0,
+        retries: int | None = None,
+        timeout: float | None = None,
         backoff: float = 1.0,
         record: str | Path | None = None,
         **params: Any,
     ):
-        self.retries, self.timeout, self.backoff = retries, timeout, backoff
+        self._retries, self._timeout, self.backoff = retries, timeout, backoff
         self.record = Path(record) if record else None
         self.params = params
 
+    @property
+    def timeout(self) -> float:
+        """Seconds one attempt may take (this client's own, or the default)."""
+        return float(self._timeout) if self._timeout is not None else DEFAULT_TIMEOUT
+
+    @timeout.setter
+    def timeout(self, value: float | None) -> None:
+        self._timeout = value
+
+    @property
+    def retries(self) -> int:
+        """Retries of transient errors (this client's own, or the default)."""
+        return int(self._retries) if self._retries is not None else DEFAULT_RETRIES
+
+    @retries.setter
+    def retries(self, value: int | None) -> None:
+        self._retries = value
+
+    def settings(self, model: str, defaults: dict[str, Any] | None = None) -> dict[str, Any]:
+        """What a call of ``model`` will use: ``timeout``, ``retries`` and ``api_base`` (None when
+        the provider's own), from this client, else ``defaults`` (the workspace's), else the defaults."""
+        defaults = {k: v for k, v in (defaults or {}).items() if v is not None}
+        timeout = self._timeout if self._timeout is not None else defaults.get("timeout", DEFAULT_TIMEOUT)
+        retries = self._retries if self._retries is not None else defaults.get("retries", DEFAULT_RETRIES)
+        params = dict(self.params)
+        if defaults.get("api_base") and not any(params.get(k) for k in ("api_base", "base_url")):
+            params["api_base"] = defaults["api_base"]
+        return {"timeout": float(timeout), "retries": int(retries), "api_base": api_base_of(model, params)}
+
     async def complete(
-        self, model: str, messages: list[dict], tools: list[dict] | None = None, **params: Any
+        self,
+        model: str,
+        messages: list[dict],
+        tools: list[dict] | None = None,
+        *,
+        defaults: dict[str, Any] | None = None,
+        **params: Any,
     ) -> ModelReply:
-        """One chat completion; raises :class:`ModelError` with a readable message on failure."""
+        """One chat completion; raises :class:`ModelError` with a readable message on failure.
+        ``defaults``: ``timeout`` / ``retries`` / ``api_base`` used where this client sets none."""
         litellm = _litellm()
+        settings = self.settings(model, defaults)
         call = {**self.params, **params}
+        base = settings["api_base"]
+        if base and not any(call.get(k) for k in ("api_base", "base_url")) and (defaults or {}).get("api_base"):
+            call["api_base"] = base
         if is_offline(model):
             from tea_notebook.models.provider import ensure_registered
 
             ensure_registered()
-        elif not any(k in call for k in ("api_key", "api_base", "base_url")):
+        elif not call.get("api_key"):
             try:
-                missing = litellm.validate_environment(model=model).get("missing_keys") or []
+                missing = litellm.validate_environment(model=model, api_base=base).get("missing_keys") or []
             except Exception:  # noqa: BLE001 - unknown providers are checked by the call itself
                 missing = []
-            if missing:
+            if missing and is_local(base):
+                call["api_key"] = LOCAL_PLACEHOLDER_KEY  # a local server needs no key; litellm wants one
+            elif missing and not any(k in call for k in ("api_base", "base_url")):
                 raise ModelError(
                     f"model {model!r} needs {', '.join(missing)}: set it in the environment "
                     "(or pass api_key=... / api_base=... for a local OpenAI-compatible server)"
                 )
+        timeout, retries = settings["timeout"], settings["retries"]
         start = time.perf_counter()
-        for attempt in range(self.retries + 1):
+        for attempt in range(retries + 1):
             try:
-                response = await litellm.acompletion(
-                    model=model, messages=messages, tools=tools or None, timeout=self.timeout, num_retries=0, **call
+                # on the library's background loop, whatever loop the caller runs on: litellm's logging
+                # worker binds to the loop of its first call and is stopped there at exit (_sync)
+                response = await on_background(
+                    litellm.acompletion(
+                        model=model,
+                        messages=messages,
+                        tools=tools or None,
+                        timeout=timeout,
+                        num_retries=0,
+                        max_retries=0,  # no hidden retries inside the provider's SDK: ours are counted
+                        **call,
+                    )
                 )
                 break
             except TeaError:
@@ -224,11 +349,25 @@ class ModelClient:
                 inner = _tea_cause(exc)
                 if inner is not None:  # an offline model's own error (script exhausted, replay diverged)
                     raise inner from None
-                if _retryable(exc, model) and attempt < self.retries:
+                refused = _unreachable(exc)
+                if refused is not None:
+                    where = base or "the provider"
+                    why = "connection refused" if isinstance(refused, ConnectionRefusedError) else "unknown host"
+                    raise ModelError(
+                        f"model {model!r}: cannot reach {where} ({why}: is the server running, and is the URL "
+                        "right?)"
+                    ) from None
+                if _retryable(exc, model) and attempt < retries:
                     delay = self.backoff * (2**attempt) * (0.5 + random.random())
                     log.warning("model %s: %s, retrying in %.1fs", model, type(exc).__name__, delay)
                     await asyncio.sleep(delay)
                     continue
+                if type(exc).__name__ == "Timeout" or "timed out" in str(exc).lower():
+                    raise ModelError(
+                        f"model {model!r}: no answer from {base or 'the provider'} within {timeout:g} s "
+                        f"({attempt + 1} attempt{'s' if attempt else ''}; set the timeout with "
+                        "Workspace(model_timeout=...), ModelClient(timeout=...) or %config TeaMagics.model_timeout)"
+                    ) from None
                 raise _friendly(model, exc) from None
         latency = time.perf_counter() - start
         message = response.choices[0].message

@@ -258,37 +258,64 @@ class TestModel:
 class DemoModel:
     """The offline demo model (``tea/demo``): picks the offered tool whose name and description share
     most words with the task, fills its arguments from numbers and quoted text in the task, calls it,
-    then reports the result with ``done``. It is a script, not an LLM, and says so."""
+    then reports the result with ``done``. It is a script, not an LLM, and says so.
+
+    It never calls a tool that runs code or changes data (a ``code``/``script``/``command``
+    parameter, or a ``run``/``exec``/``write``/``delete`` action such as ``kernel_run``): the task
+    text is English, not code, and the person's data is not the demo's to change. It cannot tell
+    whether a result answers the task, so its ``done`` never claims more than the tool returned
+    (the agent loop records such a run as ``unverified``), and a failed tool is reported as failed.
+    """
 
     label = "tea/demo (offline demo model: scripted, not an LLM — set TEA_MODEL or pass model= for a real one)"
 
     def respond(self, messages: list[dict], tools: list[dict]) -> Turn:
         task = _task_text(messages)
-        offered = [t["function"] for t in tools if t["function"]["name"] != "done"]
+        offered = [t["function"] for t in tools if t["function"]["name"] != "done" and _harmless(t["function"])]
         results = [r for _, _, r in history_calls(messages)]
-        if results or not offered:
-            text = results[-1] if results else "I have no tools to use for this task."
-            if "done" in _tool_names(tools):
-                return {
-                    "content": None,
-                    "tool_calls": [
-                        _as_call(
-                            call("done", success=bool(results), text=f"{text}\n\n— {self.label}", files_to_display=[])
-                        )
-                    ],
-                }
-            return {"content": f"{text}\n\n— {self.label}", "tool_calls": []}
         words = set(re.findall(r"[a-z]+", task.lower()))
 
         def overlap(fn: dict) -> int:
             text = f"{fn['name'].replace('_', ' ')} {fn.get('description', '')}".lower()
             return len(words & set(re.findall(r"[a-z]+", text)))
 
-        best = max(offered, key=overlap)
+        matching = [fn for fn in offered if overlap(fn) > 0]
+        if results or not matching:
+            if results:
+                text, ok = results[-1], not _is_error(results[-1])
+            elif offered:
+                text, ok = "None of the offered tools matches the task, and the demo model cannot do it itself.", False
+            else:
+                text, ok = "I have no tools to use for this task.", False
+            if "done" in _tool_names(tools):
+                return {
+                    "content": None,
+                    "tool_calls": [
+                        _as_call(call("done", success=ok, text=f"{text}\n\n— {self.label}", files_to_display=[]))
+                    ],
+                }
+            return {"content": f"{text}\n\n— {self.label}", "tool_calls": []}
+        best = max(matching, key=overlap)
         return {
             "content": None,
             "tool_calls": [_as_call({"name": best["name"], "arguments": _fill(best.get("parameters", {}), task)})],
         }
+
+
+# what the demo model never calls: tools that run code or change data
+_CODE_PARAMETERS = frozenset({"code", "source", "script", "command", "cmd", "python", "sql", "shell", "program"})
+_CHANGING_ACTION = re.compile(r"(?:^|_)(?:run|exec|execute|eval|write|delete|remove|drop|kill)(?:_|$)")
+
+
+def _harmless(fn: dict) -> bool:
+    """True when a tool takes no code-like argument and its name is not a run / write / delete action."""
+    props = (fn.get("parameters") or {}).get("properties") or {}
+    return not (set(props) & _CODE_PARAMETERS) and not _CHANGING_ACTION.search(fn["name"].lower())
+
+
+def _is_error(observation: str) -> bool:
+    """Whether a tool's observation reports a failure (``Error (Type): …``, ``Error: …``)."""
+    return observation.lstrip().startswith("Error")
 
 
 def _task_text(messages: list[dict]) -> str:

@@ -102,11 +102,17 @@ class _RunState:
 class LiveView:
     """Follows one run tree's events and keeps an IPython display up to date."""
 
-    def __init__(self, interval: float = 0.25, display: bool = True, kernel: str | None = None):
+    def __init__(
+        self, interval: float = 0.25, display: bool = True, kernel: str | None = None, background: bool = False
+    ):
         """``kernel``: the id of the kernel the Stop button interrupts; by default the one this code
-        runs in (see :func:`kernel_id`). Without one the header shows only the ■ hint."""
+        runs in (see :func:`kernel_id`). Without one the header shows only the ■ hint.
+        ``background``: the run goes on while the kernel runs other cells, so interrupting the kernel
+        would hit them, not the run: the header has no kernel Stop (see :func:`stop_widget`)."""
         self.interval = interval
-        self.kernel = kernel if kernel is not None else kernel_id()
+        self.background = background
+        self.kernel = None if background else kernel if kernel is not None else kernel_id()
+        self._parent = _display_parent()
         self.stopping = False
         self.runs: dict[str, _RunState] = {}
         self.root: str | None = None
@@ -116,11 +122,14 @@ class LiveView:
         self._lock = threading.Lock()
         self._handle = None
         self.updates = 0
+        #: model calls being waited for, by run: (monotonic deadline of the attempt, timeout, retries)
+        self.waiting: dict[str, tuple[float, float, int]] = {}
+        self._ticking = False
+        self._closed = False
         if display:
-            from IPython.display import HTML
             from IPython.display import display as show
 
-            self._handle = show(HTML(self.html()), display_id=True)
+            self._handle = show(self.bundle(), display_id=True)
 
     # -- events -------------------------------------------------------------------------
     def __call__(self, event: Event) -> None:
@@ -144,6 +153,12 @@ class LiveView:
         run = self.runs.get(e.run_id)
         if run is None:
             return
+        if e.type == "model_request" and d.get("timeout"):
+            timeout = float(d["timeout"])
+            self.waiting[e.run_id] = (time.monotonic() + timeout, timeout, int(d.get("retries") or 0))
+            self._tick()
+        elif e.type in ("model_response", "run_finished", "error"):
+            self.waiting.pop(e.run_id, None)
         if e.type == "stage":
             run.stages.append(dict(d))
         elif e.type == "thread":
@@ -154,6 +169,11 @@ class LiveView:
         if e.type == "model_response":
             run.tokens += d.get("prompt_tokens", 0) + d.get("completion_tokens", 0)
             run.cost += d.get("cost", 0.0)
+            if step is not None:  # per step too: the extension charts tokens, cost and latency live
+                step.prompt_tokens += d.get("prompt_tokens", 0)
+                step.completion_tokens += d.get("completion_tokens", 0)
+                step.cost += d.get("cost", 0.0)
+                step.latency += d.get("latency", 0.0)
         elif e.type == "tool_call" and step is not None:
             action = {"id": d["id"], "name": d["name"], "arguments": d["arguments"], "observation": "…"}
             step.actions.append(action)
@@ -224,12 +244,23 @@ class LiveView:
             extra = elapsed
             if status == "running" and self.stopping:
                 status = "stopping…"
-            elif status == "running":
+            elif status == "running" and self.background:
+                extra += "<span class='muted'>in the background: Stop below, or handle.cancel()</span>"
+            if status == "running" and self.waiting:
+                extra += self._countdown()
+            if status == "running" and not self.stopping and not self.background:
                 extra += "<span class='muted'>interrupt the kernel (■) to stop</span>"
                 if self.kernel:
                     extra += stop_button_html(self.kernel)
             head = header_html(root.agent, display_name(root.model), status, steps, tokens, cost, extra)
             return f"{_CSS}<div class='tea-t'>{head}{self._run_html(self.root)}</div>"
+
+    def bundle(self) -> Any:
+        """The current view as a display bundle: the trajectory payload (``"live": true`` while the run
+        goes; the JupyterLab extension renders it, with its own Stop button) over this HTML."""
+        from tea_notebook.notebook.live_bundle import LiveBundle
+
+        return LiveBundle(self)
 
     def summary(self) -> Any:
         """The compact line the live view becomes when the run ends."""
@@ -242,6 +273,35 @@ class LiveView:
             steps, tokens, cost = self.totals()
         head = header_html(root.agent, display_name(root.model), root.status, steps, tokens, cost)
         return HTML(f"{_CSS}<div class='tea-t'>{head}</div>")
+
+    def _countdown(self) -> str:
+        """The note "waiting for the model: 57 s left of 60 s" for the longest-waiting model call (lock held)."""
+        deadline, timeout, retries = min(self.waiting.values())
+        left = deadline - time.monotonic()
+        if left > 0:
+            text = f"waiting for the model: {left:.0f} s left of {timeout:g} s"
+        else:
+            text = f"no answer within {timeout:g} s" + (f": retrying (up to {retries}×)" if retries else "")
+        return f"<span class='tea-wait' style='color:#9a6700'>{text}</span>"
+
+    def _tick(self) -> None:
+        """While a model call is waited for, refresh once a second so its countdown moves."""
+        if self._ticking or self._handle is None:
+            return
+        self._ticking = True
+
+        def tick() -> None:
+            try:
+                while self.waiting and not self._closed:
+                    time.sleep(1.0)
+                    if self._closed or not self.waiting:
+                        break
+                    self._dirty = True
+                    self.refresh()
+            finally:
+                self._ticking = False
+
+        threading.Thread(target=tick, name="tea-live-countdown", daemon=True).start()
 
     def mark_stopping(self) -> None:
         """Show that a stop was asked for (the button goes away until the run has ended)."""
@@ -258,14 +318,155 @@ class LiveView:
         self._last = time.monotonic()
         self.updates += 1
         if self._handle is not None:
-            from IPython.display import HTML
+            self._update(self.bundle())
 
-            self._handle.update(HTML(self.html()))
+    def _update(self, obj: Any) -> None:
+        # Updates come from whichever thread emitted the event (the background loop, a tool's
+        # worker thread) and may come after the cell ended (a background run): each goes out as a
+        # message of the cell that made the view, so the front end updates that cell's output.
+        with _as_message_of(self._parent):
+            self._handle.update(obj)
 
     def close(self, final: Any = None) -> None:
         """Replace the live view with ``final`` (a displayable), or refresh it one last time."""
+        self._closed = True
         if self._handle is not None and final is not None:
-            self._handle.update(final)
+            self._update(final)
         else:
             self._dirty = True
             self.refresh()
+
+    def final(self, handle: Any) -> Any:
+        """What a background run's view becomes when it ends: the run's trajectory, or the error that
+        ended it (with the view's summary line)."""
+        from IPython.display import HTML
+
+        if handle.done() and handle._exception is None:
+            return handle.result(0)
+        error = _esc(handle.error or "the run did not end")
+        box = f"<div class='tea-t' style='color:#cf222e'>the run ended with an error: {error}</div>"
+        return HTML(f"{self.summary().data}{box}")
+
+
+def _display_parent() -> Any:
+    """The display publisher and the parent header of the message being handled now (the cell that
+    is running), or None outside an ipykernel."""
+    try:
+        from IPython import get_ipython
+
+        pub = getattr(get_ipython(), "display_pub", None)
+    except Exception:  # noqa: BLE001 - no IPython
+        return None
+    if pub is None or not hasattr(pub, "set_thread_parent"):
+        return None
+    return pub, dict(pub.parent_header or {})
+
+
+class _as_message_of:
+    """Within the block, this thread's display messages carry ``parent`` (see :func:`_display_parent`)."""
+
+    def __init__(self, parent: Any):
+        self.parent, self.token = parent, None
+
+    def __enter__(self) -> None:
+        if self.parent is not None and self.parent[1]:
+            pub, header = self.parent
+            self.token = pub.set_thread_parent({"header": header})
+
+    def __exit__(self, *exc: object) -> None:
+        if self.token is not None:
+            self.parent[0].reset_thread_parent(self.token)
+
+
+def stop_widget(handle: Any) -> Any:
+    """Display a Stop button for one background run (a widget: the kernel is free to handle its click,
+    and stopping the run interrupts nothing else); None where widgets cannot be shown."""
+    try:
+        import ipywidgets
+        from IPython.display import display
+    except ImportError:
+        return None
+    if _display_parent() is None:  # not in a kernel: nobody could click it
+        return None
+    button = ipywidgets.Button(
+        description="Stop", tooltip="stop this background run", button_style="danger", layout={"width": "90px"}
+    )
+
+    def clicked(_b: Any) -> None:
+        button.disabled, button.description = True, "stopping…"
+        handle.context.cancel.set()  # cooperative: the run ends as 'interrupted' within a second or two
+
+    button.on_click(clicked)
+    display(button)
+    return button
+
+
+class JobsView:
+    """``%tea jobs``: the background runs of the workspace, each running one with a Stop button (a
+    widget in a kernel; a table elsewhere)."""
+
+    def __init__(self, jobs: Any):
+        self.jobs = jobs
+        self.rows = jobs.rows()
+
+    def _table(self) -> str:
+        if not self.rows:
+            return "<p><i>no background runs (start one with %%agent --background or agent.start(task))</i></p>"
+        cols = ["run", "agent", "status", "seconds", "task", "error"]
+        head = "".join(f"<th style='text-align:left'>{c}</th>" for c in cols)
+        body = "".join(
+            "<tr>" + "".join(f"<td style='text-align:left'>{_esc(str(r[c]))}</td>" for c in cols) + "</tr>"
+            for r in self.rows
+        )
+        return f"<b>background runs</b><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+    def widget(self) -> Any:
+        """An ipywidgets box: one line per run, Stop on the running ones; rows update when a run ends."""
+        import ipywidgets
+
+        lines = []
+        for handle in self.jobs:
+            label = ipywidgets.HTML(_job_line(handle))
+            parts: list[Any] = [label]
+            if not handle.done():
+                button = ipywidgets.Button(description="Stop", button_style="danger", layout={"width": "80px"})
+
+                def clicked(b: Any, h: Any = handle) -> None:
+                    b.disabled, b.description = True, "stopping…"
+                    h.context.cancel.set()
+
+                button.on_click(clicked)
+                parts.append(button)
+
+                def ended(h: Any, label: Any = label, button: Any = button) -> None:
+                    label.value = _job_line(h)
+                    button.close()
+
+                handle.add_done_callback(ended)
+            lines.append(ipywidgets.HBox(parts))
+        return ipywidgets.VBox(lines or [ipywidgets.HTML(self._table())])
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        data: dict[str, Any] = {"text/plain": self._text(), "text/html": self._table()}
+        if _display_parent() is not None:
+            try:
+                data.update(self.widget()._repr_mimebundle_())
+                data["text/plain"] = self._text()
+            except ImportError:
+                pass
+        return data
+
+    def _text(self) -> str:
+        lines = [f"background runs ({len(self.rows)})"]
+        lines += ["  " + " | ".join(str(v) for v in r.values() if v != "") for r in self.rows]
+        return "\n".join(lines)
+
+
+def _job_line(handle: Any) -> str:
+    r = handle.row()
+    color = {"running": "#0969da", "stopping": "#9a6700", "success": "#1a7f37"}.get(r["status"], "#cf222e")
+    error = f" · <span style='color:#cf222e'>{_esc(r['error'])}</span>" if r["error"] else ""
+    return (
+        f"<code>{_esc(r['run'])}</code> <b>{_esc(r['agent'])}</b> "
+        f"<span style='color:{color}'>{_esc(r['status'])}</span> · {r['seconds']} s · {_esc(r['task'])}{error}"
+    )

@@ -9,7 +9,6 @@ arrives there as KeyboardInterrupt and becomes a cooperative stop, so the run en
 from __future__ import annotations
 
 import ast
-import contextvars
 import shlex
 import string
 import textwrap
@@ -19,7 +18,7 @@ from typing import Any, Callable
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class, no_var_expand
 from IPython.core.magic_arguments import MagicArgumentParser, argument, magic_arguments, parse_argstring
-from traitlets import Bool, Enum, Float, Unicode
+from traitlets import Bool, Enum, Float, Integer, Unicode, observe
 
 from tea_notebook.errors import TeaError
 
@@ -29,6 +28,9 @@ HELP = """%tea subcommands:
   %tea envs [QUERY]           environments                  %tea memory [QUERY]   memory, experiences
   %tea toolkits [QUERY]       toolkits
   %tea runs                   recent runs                   %tea show RUN         one run's trajectory
+  %tea fork RUN --step N [--model M] [--task TEXT] [--quiet]
+                              replay RUN's first N steps (CORAL: messages), then go on live
+  %tea jobs                   background runs (%%agent --background, agent.start) with Stop buttons
   %tea versions NAME          a tool's versions             %tea rollback NAME VERSION
   %tea workspace [PATH]       show or switch the workspace  %tea plot [RUN]       plot a run (or all runs)
   %tea create-tool [--manual] [--model M] [--max-fixes N] [--quiet] "WHAT THE TOOL SHOULD DO"
@@ -36,7 +38,16 @@ HELP = """%tea subcommands:
   %tea evolve [--ground-truth X] [--manual] [--model M] [--quiet] "TASK"
                               run the Mem²Evolve co-evolution loop on a task
   %tea stats                  tools created, reuse rate, first-pass validity, mean fix iterations
+  %tea mcp add NAME [--env K=V] [--prefix P] [--timeout S] (--url URL | COMMAND [ARGS...])
+                              register an MCP server's tools as toolkit NAME (stdio command or HTTP url)
+  %tea mcp list               imported MCP servers          %tea mcp remove NAME
   %tea plot evolution         memory growth over tasks, tools created vs reused, first-pass validity
+  %tea eval AGENT TASKS [--name N] [--model M] [--scorer gaia|exact|contains] [--concurrency N]
+            [--timeout S] [--max-steps N] [--max-tokens N] [--cost-cap USD] [--retry-errors]
+            [--limit N] [--engine local|ray] [--address A] [--quiet]
+                              evaluate an agent on a task set (a GAIA metadata.jsonl or folder, a JSONL /
+                              CSV of questions and answers, or "sample"); the same --name resumes
+  %tea eval show NAME         stored results of an evaluation   %tea eval list   all evaluations
   %tea help
 Cell magics: %%tool [--name N] [--toolkit T] [--category C]   and   %%agent [AGENT] [options] (see %%agent?)"""
 
@@ -112,6 +123,15 @@ class TeaMagics(Magics):
         config=True,
         help="%tea create-tool / evolve: 'manual' holds tools that passed for accept(), edit(code) or reject(why).",
     )
+    model_timeout = Float(
+        None, allow_none=True, config=True, help="Seconds one model call may take (default 60; the workspace's)."
+    )
+    model_retries = Integer(
+        None, allow_none=True, config=True, help="Retries of a model call's transient errors (default 1)."
+    )
+    api_base = Unicode(
+        None, allow_none=True, config=True, help="URL of an OpenAI-compatible server (Ollama, vLLM, llama.cpp)."
+    )
 
     def __init__(self, shell: Any = None, **kwargs: Any):
         super().__init__(shell=shell, **kwargs)
@@ -127,7 +147,18 @@ class TeaMagics(Magics):
 
             self._workspace = Workspace(self.workspace_path)
             self._activation = self._workspace.activate()
+            self._model_settings()
         return self._workspace
+
+    @observe("model_timeout", "model_retries", "api_base")
+    def _model_settings(self, change: Any = None) -> None:
+        """``%config TeaMagics.model_timeout / model_retries / api_base`` apply to the current workspace."""
+        if self._workspace is None:
+            return
+        for name in ("model_timeout", "model_retries", "api_base"):
+            value = getattr(self, name)
+            if value is not None or (change is not None and change["name"] == name):
+                setattr(self._workspace, name, value)
 
     def _switch(self, path: str) -> Any:
         if self._workspace is not None:
@@ -147,6 +178,12 @@ class TeaMagics(Magics):
         if cmd in ("create-tool", "evolve"):
             tail = line.strip()[len(cmd) :]
             return self._create_tool(tail) if cmd == "create-tool" else self._evolve(tail)
+        if cmd == "fork":
+            return self._fork(line.strip()[len(cmd) :])
+        if cmd == "eval":
+            return self._eval(line.strip()[len(cmd) :])
+        if cmd == "mcp":
+            return self._mcp(line.strip()[len(cmd) :])
         if cmd == "workspace" and rest:
             return self._switch(rest[0])  # before opening the default one
         ws = self.workspace
@@ -172,12 +209,12 @@ class TeaMagics(Magics):
 
                 registry = {"tools": ws.tools, "agents": ws.agents, "envs": ws.envs, "toolkits": ws.toolkits}[cmd]
                 return RegistryBrowser(registry, " ".join(rest) or None, title=cmd)
+            if cmd == "jobs":
+                from tea_notebook.notebook.live import JobsView
+
+                return JobsView(ws.jobs)
             if cmd == "runs":
-                rows = [
-                    {"run": r["id"], "agent": r["agent"], "status": r["status"], "task": r["task"][:80]}
-                    for r in ws.runs()
-                ]
-                return _Listing(rows, "runs")
+                return _Listing([_run_row(ws, r) for r in ws.runs()], "runs")
             if cmd == "show":
                 return ws.trajectory(self._arg(rest, "RUN"))
             if cmd == "versions":
@@ -235,6 +272,34 @@ class TeaMagics(Magics):
         except TeaError as exc:
             raise UsageError(f"%tea create-tool: {_short(exc)}") from None
 
+    def _fork(self, tail: str) -> Any:
+        """``%tea fork RUN --step N [--model M] [--task TEXT] [--quiet]`` → the new run's RunResult
+        (its view says which run and step it was forked from)."""
+        parser = MagicArgumentParser(prog="%tea fork", add_help=False)
+        parser.add_argument("run")
+        parser.add_argument("--step", type=int, required=True, help="replay this many steps (CORAL: messages)")
+        parser.add_argument("--model", help="model for the steps after the fork (default: the usual resolution)")
+        parser.add_argument("--task", nargs="+", help="a different task for the new run")
+        parser.add_argument("--quiet", action="store_true", help="no live view")
+        try:
+            args = parser.parse_args(_split(tail))
+        except (UsageError, SystemExit):
+            raise UsageError("usage: %tea fork RUN --step N [--model M] [--task TEXT] [--quiet]") from None
+        if args.step < 0:
+            raise UsageError("--step must be 0 or more")
+        ws = self.workspace
+        model = args.model or self.default_model
+        task = " ".join(args.task) if args.task else None
+        try:
+            result = self._drive(
+                ws, lambda ctx: ws.fork(args.run, args.step, model=model, task=task, context=ctx), quiet=args.quiet
+            )
+        except TeaError as exc:
+            raise UsageError(f"%tea fork: {_short(exc)}") from None
+        if result.status == "error":
+            raise UsageError(f"the forked run ended with an error: {result.error} (run {result.run_id})")
+        return result
+
     def _evolve(self, tail: str) -> Any:
         """``%tea evolve [--ground-truth X] [--manual|--auto] [--model M] [--quiet] TASK`` → an EvolutionResult."""
         parser = MagicArgumentParser(prog="%tea evolve", add_help=False)
@@ -259,6 +324,122 @@ class TeaMagics(Magics):
             return self._drive(ws, lambda ctx: loop.arun(task, args.ground_truth, context=ctx), quiet=args.quiet)
         except TeaError as exc:
             raise UsageError(f"%tea evolve: {_short(exc)}") from None
+
+    def _eval(self, tail: str) -> Any:
+        """``%tea eval AGENT TASKS [options]`` → EvalResults (``show NAME``, ``list``: stored ones)."""
+        words = _split(tail)
+        ws = self.workspace
+        if words[:1] == ["list"]:
+            rows = [
+                {k: r[k] for k in ("name", "tasks", "correct", "errors")} for r in ws.evaluations()
+            ]
+            return _Listing(rows, "evaluations")
+        if words[:1] == ["show"]:
+            try:
+                return ws.evaluation(self._arg(words[1:], "NAME"))
+            except TeaError as exc:
+                raise UsageError(str(exc)) from None
+        parser = MagicArgumentParser(prog="%tea eval", add_help=False)
+        parser.add_argument("agent")
+        parser.add_argument("tasks")
+        parser.add_argument("--name")
+        parser.add_argument("--model")
+        parser.add_argument("--scorer", default="gaia", choices=["gaia", "exact", "contains"])
+        parser.add_argument("--concurrency", type=int, default=1)
+        parser.add_argument("--timeout", type=float)
+        parser.add_argument("--max-steps", dest="max_steps", type=int)
+        parser.add_argument("--max-tokens", dest="max_tokens", type=int)
+        parser.add_argument("--cost-cap", dest="cost_cap", type=float)
+        parser.add_argument("--retry-errors", dest="retry_errors", action="store_true")
+        parser.add_argument("--limit", type=int)
+        parser.add_argument("--engine", default="local", choices=["local", "ray"])
+        parser.add_argument("--address")
+        parser.add_argument("--quiet", action="store_true", help="no progress bar")
+        if len(words) < 2:
+            raise UsageError("usage: %tea eval AGENT TASKS [options] (TASKS: a path or 'sample'); %tea help")
+        args = parser.parse_args(words)
+        from tea_notebook.eval.runner import evaluate
+
+        tasks: Any = args.tasks
+        if tasks == "sample":
+            from tea_notebook.eval.datasets import sample_path
+
+            tasks = sample_path()
+        options = {k: getattr(args, k) for k in ("name", "model", "scorer", "concurrency", "timeout", "max_steps",
+                                                  "max_tokens", "cost_cap", "retry_errors", "limit", "engine",
+                                                  "address")}
+        if args.model is None and self.default_model:
+            options["model"] = self.default_model
+        try:
+            return evaluate(ws, args.agent, tasks, progress="off" if args.quiet else "auto", **options)
+        except TeaError as exc:
+            raise UsageError(f"%tea eval: {_short(exc)}") from None
+
+    # -- %tea mcp ---------------------------------------------------------------------------
+    def _mcp(self, tail: str) -> Any:
+        """``%tea mcp add NAME ...`` / ``list`` / ``remove NAME``: MCP servers' tools in TCP."""
+        words = _split(tail)
+        sub = words[0] if words else ""
+        ws = self.workspace
+        try:
+            if sub == "add":
+                return self._mcp_add(words[1:])
+            if sub == "list":
+                rows = [
+                    {
+                        "server": kit.name,
+                        "where": (kit.metadata.get("provenance") or {}).get("mcp", {}).get("where", ""),
+                        "tools": ", ".join(kit.tools),
+                    }
+                    for kit in ws.toolkits.list(_usage=False)
+                    if kit.origin == "mcp"
+                ]
+                return _Listing(rows, "MCP servers")
+            if sub == "remove" and len(words) == 2:
+                removed = ws.tools.remove_mcp(words[1])
+                return _Text(f"removed MCP server {words[1]} and its tools: {', '.join(removed) or '(none)'}")
+        except TeaError as exc:
+            raise UsageError(f"%tea mcp {sub}: {_short(exc, 800)}") from None
+        raise UsageError(
+            "usage: %tea mcp add NAME (--url URL | COMMAND [ARGS...]) · %tea mcp list · %tea mcp remove NAME"
+        )
+
+    def _mcp_add(self, words: list[str]) -> Any:
+        valued = {"--url", "--env", "--header", "--prefix", "--timeout"}
+        i = 1  # options come after NAME and before the server's command (which has options of its own)
+        while i < len(words) and words[i].startswith("-"):
+            if words[i] == "--":
+                break
+            i += 2 if words[i] in valued else 1
+        words, command = words[:i], words[i + 1 :] if words[i : i + 1] == ["--"] else words[i:]
+        parser = MagicArgumentParser(prog="%tea mcp add", add_help=False)
+        parser.add_argument("name")
+        parser.add_argument("--url", help="streamable HTTP endpoint of the server")
+        parser.add_argument("--env", action="append", default=[], metavar="K=V", help="environment of a stdio server")
+        parser.add_argument("--header", action="append", default=[], metavar="K=V", help="HTTP header")
+        parser.add_argument("--prefix", help="tool name prefix (default NAME_; '' keeps the server's names)")
+        parser.add_argument("--timeout", type=float, default=30.0, help="seconds to connect")
+        args = parser.parse_args(words)
+        if bool(command) == bool(args.url):
+            raise UsageError("%tea mcp add NAME needs a command (stdio) or --url URL (streamable HTTP), not both")
+        pairs = {}
+        for label, items in (("env", args.env), ("header", args.header)):
+            pairs[label] = {}
+            for item in items:
+                key, sep, value = item.partition("=")
+                if not sep or not key:
+                    raise UsageError(f"--{label} takes KEY=VALUE, not {item!r}")
+                pairs[label][key] = value
+        report = self.workspace.tools.import_mcp(
+            args.name,
+            command or None,
+            env=pairs["env"],
+            url=args.url,
+            headers=pairs["header"],
+            prefix=args.prefix,
+            timeout=args.timeout,
+        )
+        return _Listing(_record_rows(report.tools), f"MCP server {args.name}: registered tools")
 
     def _model_for(self, what: str, explicit: str | None) -> str:
         """The model a self-evolution subcommand uses; the offline demo cannot do this, so none is an error."""
@@ -308,10 +489,9 @@ class TeaMagics(Magics):
                 fn = self.shell.user_ns[node.name]
                 # whole lines, decorators and trailing comments included, exactly as written
                 first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
-                source = "\n".join(cell.splitlines()[first - 1 : node.end_lineno])
-                built = make_tool(
-                    fn, name=args.name, toolkit=args.toolkit, category=args.category, source=textwrap.dedent(source)
-                )
+                source = textwrap.dedent("\n".join(cell.splitlines()[first - 1 : node.end_lineno]))
+                source = _with_imports(self.shell, node, source)
+                built = make_tool(fn, name=args.name, toolkit=args.toolkit, category=args.category, source=source)
                 registered.append(self.workspace.tools.register(built))
         except TeaError as exc:
             raise UsageError(str(exc)) from None
@@ -332,6 +512,11 @@ class TeaMagics(Magics):
     )
     @argument("--file", action="append", default=[], help="attach a file to the run (repeatable)")
     @argument("--model", help="litellm model name, or tea/test, tea/demo, tea/replay:PATH")
+    @argument(
+        "--api-base",
+        metavar="URL",
+        help="an OpenAI-compatible server for this run (e.g. http://localhost:11434/v1; no key needed locally)",
+    )
     @argument("--max-steps", type=int, help="step limit")
     @argument("--tools", help="comma-separated tool names to offer")
     @argument("--env", action="append", default=[], help="bind an environment (repeatable)")
@@ -345,6 +530,11 @@ class TeaMagics(Magics):
     @argument("--out", help="also store the RunResult in this variable")
     @argument("--quiet", action="store_true", help="no live view")
     @argument("--interpolate", action="store_true", help="replace {name} in the task with variables")
+    @argument(
+        "--background",
+        action="store_true",
+        help="return at once with a handle (handle.result(), handle.cancel(), %%tea jobs); the kernel stays free",
+    )
     @no_var_expand
     @cell_magic
     def agent(self, line: str, cell: str) -> Any:
@@ -371,8 +561,21 @@ class TeaMagics(Magics):
             agent = _agent_for(ws, args.agent, args.kind, options)
         except (TeaError, ValueError, TypeError) as exc:
             raise UsageError(str(exc)) from None
+        if args.background and args.api_base:
+            raise UsageError("--api-base applies to foreground runs; for --background use %config TeaMagics.api_base")
+        if args.background:
+            handle = self._start(agent, task, args.model or self.default_model, args.quiet, args.grant, files)
+            if args.out:
+                self.shell.user_ns[args.out] = handle
+            return handle
         result = self._run(
-            agent, task, args.model or self.default_model, quiet=args.quiet, grants=args.grant, files=files
+            agent,
+            task,
+            args.model or self.default_model,
+            quiet=args.quiet,
+            grants=args.grant,
+            files=files,
+            api_base=args.api_base,
         )
         if args.out:
             self.shell.user_ns[args.out] = result
@@ -400,22 +603,46 @@ class TeaMagics(Magics):
         quiet: bool,
         grants: list[str] | None = None,
         files: list[str] | None = None,
+        api_base: str | None = None,
     ) -> Any:
-        return self._drive(
-            agent.workspace,
-            lambda ctx: agent.run(task, files or None, model=model, context=ctx, grants=list(grants or ())),
-            quiet=quiet,
-        )
+        def start(ctx: Any) -> Any:
+            if api_base:
+                ctx.model_options["api_base"] = api_base  # this run tree's model server
+            return agent.run(task, files or None, model=model, context=ctx, grants=list(grants or ()))
+
+        return self._drive(agent.workspace, start, quiet=quiet)
+
+    def _start(
+        self, agent: Any, task: str, model: str | None, quiet: bool, grants: list[str], files: list[str]
+    ) -> Any:
+        """Start a background run: its live view (with a Stop button that stops just this run) keeps
+        updating after the cell has ended, and becomes the run's trajectory when it ends."""
+        from tea_notebook.notebook.live import LiveView, stop_widget
+
+        view = None if quiet or not self.live else LiveView(self.update_interval, background=True)
+        handle = agent.start(task, files or None, model=model, grants=list(grants), on_event=view)
+        if view is not None:
+            stop = stop_widget(handle)
+
+            def ended(h: Any) -> None:
+                if stop is not None:
+                    stop.close()
+                view.close(final=view.final(h))
+
+            handle.add_done_callback(ended)
+        handle.wait_started()  # milliseconds: so the cell's value names the run
+        return handle
 
     def _drive(self, ws: Any, start: Callable[[Any], Any], quiet: bool) -> Any:
         """Run ``start(ctx)`` (a coroutine making runs under the cell's context ``ctx``) on the
         background loop with the live view following its run tree; an interrupt stops it cooperatively."""
         from tea_notebook._sync import submit
         from tea_notebook.notebook.live import LiveView
+        from tea_notebook.runtime.jobs import RunTree
 
         ctx = ws.context()
         view = None if quiet or not self.live else LiveView(self.update_interval)
-        follow = _CellRuns(view, ctx.id) if view else None
+        follow = RunTree(ctx.id, view) if view else None
         unsubscribe = ws.events.subscribe(follow) if follow else None
         run = start(ctx)
         future = submit(follow.run(run) if follow else run)
@@ -433,6 +660,36 @@ class TeaMagics(Magics):
             if view is not None:
                 view.close(final=view.summary())  # the full result is the cell's value just below
         return result
+
+
+def _run_row(ws: Any, r: dict[str, Any]) -> dict[str, Any]:
+    """One row of ``%tea runs``: tokens with its sub-runs, marked ``~… (estimated)`` for a scripted model."""
+    from tea_notebook.models.client import tokens_estimated
+
+    prompt, completion, _cost = ws.db.model_usage(ws.db.descendants(r["id"]))
+    tokens = f"{prompt + completion:,}"
+    if tokens_estimated(r.get("model") or ""):
+        tokens = f"~{tokens} (estimated)"
+    return {"run": r["id"], "agent": r["agent"], "status": r["status"], "tokens": tokens, "task": r["task"][:80]}
+
+
+def _with_imports(shell: Any, node: ast.FunctionDef | ast.AsyncFunctionDef, source: str) -> str:
+    """The tool's source preceded by the imports (from other cells) its body reads, so the stored
+    record rebuilds it after a restart; names no import brings back are warned about."""
+    import warnings
+
+    from tea_notebook.notebook.cell_imports import needed_imports
+
+    history = list(getattr(getattr(shell, "history_manager", None), "input_hist_parsed", None) or [])
+    imports, missing = needed_imports(node, shell.user_ns, history)
+    if missing:
+        warnings.warn(
+            f"%%tool {node.name}: it uses {', '.join(missing)} from the notebook, which the stored tool does not "
+            "include: after a kernel restart (or in another process) it fails with NameError. Define them inside "
+            "the function, pass them as arguments, or import them.",
+            stacklevel=2,
+        )
+    return "\n".join(imports) + "\n\n\n" + source if imports else source
 
 
 def _agent_for(ws: Any, name: str, kind: str | None, options: dict[str, Any]) -> Any:
@@ -479,41 +736,15 @@ def _short(exc: BaseException, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-_cell: contextvars.ContextVar["_CellRuns | None"] = contextvars.ContextVar("tea_cell_runs", default=None)
-
-
-class _CellRuns:
-    """Passes a live view the events of the run tree one cell started (``%%agent``, ``%tea create-tool``,
-    ``%tea evolve``), and no others.
-
-    An event belongs to the cell when it is emitted inside the cell's run (the context variable the
-    run's task and its sub-tasks inherit), names the cell's context as its root, or comes from a run
-    already known to belong (or whose parent does).
-    """
-
-    def __init__(self, view: Any, context_id: str):
-        self.view, self.context_id = view, context_id
-        self.runs: set[str] = set()
-
-    async def run(self, coro: Any) -> Any:
-        """Await ``coro`` (the agent's run) marked as this cell's."""
-        _cell.set(self)
-        return await coro
-
-    def __call__(self, event: Any) -> None:
-        if not (
-            _cell.get() is self
-            or event.run_id in self.runs
-            or (event.parent_id is not None and event.parent_id in self.runs)
-            or event.data.get("root_run") == self.context_id
-        ):
-            return
-        self.runs.add(event.run_id)
-        self.view(event)
-
-
 def load(ip: Any) -> TeaMagics:
     """Register the magics with a shell (``%load_ext tea_notebook``)."""
+    from tea_notebook.notebook.hints import register
+
     magics = TeaMagics(shell=ip, config=ip.config)
     ip.register_magics(magics)
+    register(ip)  # a cell magic below a comment: say IPython's rule instead of "not found"
+    from tea_notebook.notebook.sidebar_comm import register as register_sidebar
+
+    # the JupyterLab TEA sidebar's comm target (in a Jupyter kernel only); it shows the open workspace
+    magics.sidebar = register_sidebar(ip, lambda: magics._workspace)
     return magics

@@ -27,6 +27,8 @@ class Context:
         self.grants: set[str] = parent.grants if parent is not None else set()
         # files the person attached to the root run: what a sub-agent may read outside the run folder
         self.attachments: set[str] = parent.attachments if parent is not None else set()
+        # model call settings for this run tree (``api_base``, ``timeout``, ``retries``), over the workspace's
+        self.model_options: dict[str, Any] = parent.model_options if parent is not None else {}
         self.is_run = False
         self._bound: dict[str, list[str]] = {}
         self._state: dict[str, dict[str, Any]] = {}
@@ -96,9 +98,16 @@ class ToolContext:
     """Handed to a tool that declares a parameter of this type (it is not part of the schema).
 
     ``state`` is the shared state of the tool's toolkit within the current run context.
+    ``cancelled`` turns true when the run is stopped: a long synchronous tool (a thread cannot be
+    killed) should check it between steps and return without finishing its side effects.
     """
 
     workspace: "Workspace | None"
     context: Context
     tool: str
     state: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def cancelled(self) -> bool:
+        """True once the run (tree) that called this tool was stopped."""
+        return self.context.cancel.is_set()

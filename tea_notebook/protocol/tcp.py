@@ -60,6 +60,8 @@ class ToolRegistry(Registry[ToolRecord]):
 
     executor: Callable[[], Any] | None = None
     tool_maker: Callable[..., Any] | None = None
+    #: the MCP client side (``tea_notebook.envs.mcp_client.MCPClients``), handed down by the workspace
+    mcp: Callable[[], Any] | None = None
 
     def create(
         self,
@@ -77,6 +79,63 @@ class ToolRegistry(Registry[ToolRecord]):
             raise RegistryError("this tool registry has no tool manager (it comes with a Workspace)")
         maker = self.tool_maker(self.workspace, model=model, approval=approval, max_fixes=max_fixes)
         return maker.create(request, context=context)
+
+    def import_mcp(
+        self,
+        name: str,
+        command: str | list[str] | None = None,
+        args: list[str] | tuple[str, ...] = (),
+        *,
+        env: dict[str, str] | None = None,
+        cwd: str | None = None,
+        url: str | None = None,
+        headers: dict[str, str] | None = None,
+        prefix: str | None = None,
+        category: str = "mcp",
+        timeout: float = 30.0,
+        call_timeout: float = 60.0,
+        max_result_chars: int = 100_000,
+    ) -> Any:
+        """Register the tools of an MCP server as the toolkit ``name`` (all of them or none).
+
+        Reach it over stdio (``command`` and ``args``, a list for both, plus ``env`` and ``cwd``) or
+        streamable HTTP (``url`` and ``headers``). Tools are named ``prefix + tool`` (``"NAME_"`` by
+        default; ``prefix=""`` keeps the server's names), keep their input schemas, have origin
+        ``"mcp"`` and the server in their provenance, and run through a live session of the server
+        (started on first use, one per run). ``timeout`` bounds connecting, ``call_timeout`` each
+        call, ``max_result_chars`` each result. Returns an ``MCPImport`` report; raises a TeaError
+        naming the server when it cannot be started, reached or understood.
+        """
+        if self.mcp is None:
+            raise RegistryError("this tool registry has no MCP client (it comes with a Workspace)")
+        from_above = self.mcp()
+        spec = from_above.spec(
+            name,
+            command,
+            args,
+            env=dict(env or {}),
+            cwd=cwd,
+            url=url,
+            headers=dict(headers or {}),
+            connect_timeout=timeout,
+            call_timeout=call_timeout,
+            max_result_chars=max_result_chars,
+        )
+        return from_above.import_server(self, spec, prefix=prefix, category=category)
+
+    def remove_mcp(self, name: str) -> list[str]:
+        """Unregister the toolkit of MCP server ``name`` and its tools, and stop its sessions.
+        Returns the names of the tools removed (their history is kept)."""
+        kit = self.workspace.toolkits.current(name)
+        if kit is None or kit.origin != "mcp":
+            raise NotFoundError(f"no MCP server named {name!r} was imported")
+        removed = [r.name for r in self.list(toolkit=name, _usage=False) if r.origin == "mcp"]
+        for tool_name in removed:
+            self.unregister(tool_name)
+        self.workspace.toolkits.unregister(name)
+        if self.mcp is not None:
+            self.mcp().forget(name)
+        return removed
 
     def trust(self, name: str, mode: str = "in_process", *, by: str = "person", reason: str = "") -> ToolRecord:
         """Choose where a generated tool runs: ``"sandbox"`` (the default: a sandbox session per run)
@@ -278,6 +337,11 @@ class ToolRegistry(Registry[ToolRecord]):
             env, _, action = target.partition(".")
             envs = self.workspace.envs
             return lambda args: envs.run_for_tool(env, action, args, context)
+        if record.origin == "mcp":
+            if self.mcp is None:
+                raise RegistryError(f"tool {record.name!r} comes from an MCP server; this registry has no MCP client")
+            clients = self.mcp()
+            return lambda args: clients.call(record, args, context)
         if record.origin == "generated" and trust_of(record) == "sandbox":
             if self.executor is None:
                 raise RegistryError(

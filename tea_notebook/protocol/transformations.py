@@ -81,6 +81,13 @@ def _provenance(op: str, source: Record) -> dict[str, Any]:
 # -- A2T / T2A ---------------------------------------------------------------------------
 def a2t(ws: "Workspace", agent: str, *, name: str | None = None) -> ToolRecord:
     """Agent → Tool: expose an agent as a tool taking the unmodified task and absolute file paths."""
+    tool = a2t_record(ws, agent, name=name)
+    return ws.tools.register(tool, note=f"A2T from agent {agent}")
+
+
+def a2t_record(ws: "Workspace", agent: str, *, name: str | None = None) -> ToolRecord:
+    """The tool record A2T makes of an agent, checked but not registered (what ``tea mcp serve``
+    offers for an agent without changing the workspace)."""
     rec = ws.agents.get(agent)
     caps = "; ".join(rec.capabilities or rec.competencies)
     tool = ToolRecord(
@@ -94,7 +101,7 @@ def a2t(ws: "Workspace", agent: str, *, name: str | None = None) -> ToolRecord:
         metadata=_provenance("A2T", rec),
     )
     check_interface(ws, tool)
-    return ws.tools.register(tool, note=f"A2T from agent {agent}")
+    return tool
 
 
 def t2a(

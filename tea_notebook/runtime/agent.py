@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Awaitable
 
-from tea_notebook._sync import run_sync
 from tea_notebook.errors import TeaError
 from tea_notebook.models.client import (
+    DEMO_MODEL,
     ModelClient,
     ModelError,
     ModelReply,
@@ -30,6 +30,7 @@ from tea_notebook.models.client import (
 )
 from tea_notebook.protocol.context import Context
 from tea_notebook.protocol.records import AgentRecord
+from tea_notebook.runtime.jobs import Runnable
 from tea_notebook.runtime.prompts import DONE_TOOL, StepRecord, build_messages
 from tea_notebook.runtime.runlog import RunInterrupted, RunLog
 from tea_notebook.runtime.todo import TodoList
@@ -64,6 +65,10 @@ TODO_SCHEMA: dict[str, Any] = {
     "required": ["action"],
     "additionalProperties": False,
 }
+#: error types of a call that never reached the tool (the model's malformed call, not a tool failure)
+_INVALID_CALL = frozenset({"ValidationError", "NotFoundError", "NotBoundError"})
+#: seconds a stopped run waits for the tools it was running to end (synchronous ones cannot be killed)
+STOP_GRACE = 1.0
 TODO_TOOL = {
     "type": "function",
     "function": {
@@ -115,8 +120,23 @@ class RunResult:
 
         return plot_run(self.trajectory)
 
+    def _tokens_text(self) -> str:
+        from tea_notebook.models.client import tokens_estimated
+
+        total = self.prompt_tokens + self.completion_tokens
+        return f"~{total} (estimated: scripted model)" if tokens_estimated(self.model) else str(total)
+
+    def __repr__(self) -> str:
+        return (
+            f"RunResult(run_id={self.run_id!r}, agent={self.agent!r}, status={self.status!r}, steps={self.steps}, "
+            f"tokens={self._tokens_text()}, cost={self.cost:.4f}, answer={self.answer[:200]!r})"
+        )
+
     def _repr_pretty_(self, p: Any, cycle: bool) -> None:
-        p.text(f"RunResult({self.status}: {self.answer[:200]!r}, steps={self.steps}, run_id={self.run_id!r})")
+        p.text(
+            f"RunResult({self.status}: {self.answer[:200]!r}, steps={self.steps}, tokens={self._tokens_text()}, "
+            f"run_id={self.run_id!r})"
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready summary (what ``tea run --json`` prints)."""
@@ -155,7 +175,7 @@ def _parse_json_object(text: str) -> dict[str, Any]:
     return value
 
 
-class Agent:
+class Agent(Runnable):
     """A tool-calling agent bound to a workspace.
 
     ``tools``: tool names to offer (default: routed from the registry by the task). ``sub_agents``:
@@ -286,10 +306,6 @@ class Agent:
         run.ctx.grants.update(grants)
         return await run.execute()
 
-    def run_sync(self, task: str, files: list[str] | None = None, **kwargs: Any) -> RunResult:
-        """:meth:`run` from synchronous code, also inside a running event loop (a notebook cell)."""
-        return run_sync(self.run(task, files, **kwargs))
-
     def _new_run(self, *args: Any) -> "_Run":
         """The state of one run (agent kinds with their own loop rules return a subclass)."""
         return _Run(self, *args)
@@ -354,6 +370,11 @@ class _Run(RunLog):
         self.insights: list[str] = self.ws.memory_store.recall(task) if len(self.ws.memory) else []
         self.fork = fork
         self.agent_tools: set[str] = set()
+        #: tools whose call failed since the last action that succeeded (see :meth:`_decided_status`)
+        self.unrecovered: list[str] = []
+        #: tool calls running now, by call id: ``(name, step)`` (a stop names those still running)
+        self.in_flight: dict[str, tuple[str, int]] = {}
+        self.reported_stops: set[str] = set()  # call ids already reported as cut short by a stop
         self.native = self._native()
 
     def _native(self) -> bool:
@@ -414,8 +435,24 @@ class _Run(RunLog):
         if bad is not None:
             return Outcome("invalid", bad)
         args = call.arguments
-        status = "success" if args.get("success") else "failed"
-        return Outcome("end", "finished", status, str(args.get("text", "")), list(args.get("files_to_display") or []))
+        status, note = self._decided_status(bool(args.get("success")))
+        return Outcome(
+            "end", "finished" + note, status, str(args.get("text", "")), list(args.get("files_to_display") or [])
+        )
+
+    def _decided_status(self, claimed: bool) -> tuple[str, str]:
+        """The run's status when the model ends it claiming ``claimed`` success, and a note on why it
+        differs. A scripted / offline model is not taken at its word: a tool that failed with no later
+        action succeeding makes the run ``failed``; the demo model, which relays a tool's result
+        without knowing whether it answers the task, ends ``unverified``."""
+        if not claimed:
+            return "failed", ""
+        if is_offline(self.model) and self.unrecovered:
+            failed = ", ".join(dict.fromkeys(self.unrecovered))
+            return "failed", f" (marked failed: {failed} failed and no later action succeeded)"
+        if self.model == DEMO_MODEL:
+            return "unverified", " (unverified: the demo model cannot check that the result answers the task)"
+        return "success", ""
 
     async def _before_step(self, step: int) -> tuple[str, str] | None:
         """Called before each step: ``(status, answer)`` ends the run there, None goes on (ToolSelf
@@ -489,6 +526,7 @@ class _Run(RunLog):
             except (TypeError, ValueError) as exc:
                 obs, ok, err = f"Error (todo): {exc}", False, "ValidationError"
         else:
+            self.in_flight[call.id] = (call.name, step)
             try:
                 result = await asyncio.wait_for(
                     self.ws.tools.ainvoke(call.name, call.arguments, self.ctx), self.agent.tool_timeout
@@ -497,6 +535,20 @@ class _Run(RunLog):
                 err = None if result.ok else result.error.get("type")
             except asyncio.TimeoutError:
                 obs, ok, err = f"Error: {call.name} timed out after {self.agent.tool_timeout:g}s", False, "Timeout"
+            finally:
+                self.in_flight.pop(call.id, None)
+            if self.ctx.cancel.is_set() and call.id not in self.reported_stops:
+                # stopped while it ran, and it ended on its own (a sync tool that saw ToolContext.cancelled)
+                self.reported_stops.add(call.id)
+                obs = f"Error: {call.name} was interrupted when the run was stopped; it ended: {obs}"
+                ok, err = False, "Interrupted"
+                message = f"stopped while running {call.name}; none of them is still running"
+                stopped = {"kind": "tools_interrupted", "message": message, "tools": [call.name], "still_running": []}
+                self.emit("error", stopped)
+        if ok:
+            self.unrecovered.clear()
+        elif err not in _INVALID_CALL:  # the tool ran and failed (a call it refused is the model's mistake)
+            self.unrecovered.append(call.name)
         self.emit(
             "tool_result",
             {
@@ -514,13 +566,12 @@ class _Run(RunLog):
     # -- the loop -------------------------------------------------------------------------
     async def _call_model(self, step: int, tools: list[dict[str, Any]]) -> ModelReply:
         messages = self._messages(step, tools)
-        self.emit(
-            "model_request",
-            {"model": self.model, "messages": len(messages), "prompt_chars": sum(map(_content_chars, messages))},
-            step,
-        )
+        client = self.agent.client
+        chars = sum(map(_content_chars, messages))
+        request = self.request_event(client, self.model, messages=len(messages), prompt_chars=chars)
+        self.emit("model_request", request, step)
         reply = await self._cancellable(
-            self.agent.client.complete(self.model, messages, tools if self.native else None)
+            client.complete(self.model, messages, tools if self.native else None, defaults=self.model_defaults())
         )
         self.count(reply)
         self.emit(
@@ -590,13 +641,67 @@ class _Run(RunLog):
         try:
             while not task.done():
                 if self.ctx.cancel.is_set():
-                    task.cancel()
+                    await self._stop_in_flight(task)
                     raise RunInterrupted("the run was stopped")
                 await asyncio.wait({task}, timeout=0.05)
         except asyncio.CancelledError:
+            running = dict(self.in_flight)
             task.cancel()
+            if running:
+                self._report_stopped(running, sorted({name for name, _ in running.values()}))
             raise
         return task.result()
+
+    async def _stop_in_flight(self, task: "asyncio.Future[Any]") -> None:
+        """The run was stopped: cancel what ``task`` runs (in-process async tools are cancelled,
+        sandboxed ones killed), wait up to :data:`STOP_GRACE` seconds for synchronous tools, which
+        see ``ToolContext.cancelled`` and should return, then say in the trajectory which tools were
+        running and which still are."""
+        from tea_notebook._threads import ACTION_THREADS
+
+        running = dict(self.in_flight)
+        task.cancel()
+        deadline = time.monotonic() + STOP_GRACE
+        names = {name for name, _ in running.values()}
+        while time.monotonic() < deadline:
+            if task.done() and not any(ACTION_THREADS.running(f"tool {n}") for n in names):
+                break
+            await asyncio.sleep(0.02)
+        if running:
+            still = sorted(n for n in names if not task.done() or ACTION_THREADS.running(f"tool {n}"))
+            self._report_stopped(running, still)
+
+    def _report_stopped(self, running: dict[str, tuple[str, int]], still: list[str]) -> None:
+        """One ``tool_result`` per tool call the stop cut short, and an ``error`` event naming them
+        (calls that ended and reported it themselves meanwhile are left out)."""
+        running = {k: v for k, v in running.items() if k not in self.reported_stops}
+        self.reported_stops.update(running)
+        if not running:
+            return
+        still = [n for n in still if n in {name for name, _ in running.values()}]
+        for call_id, (name, step) in running.items():
+            state = (
+                "it is still running (a synchronous tool that did not check its cancel flag)"
+                if name in still
+                else "it was stopped"
+            )
+            self.emit(
+                "tool_result",
+                {
+                    "id": call_id,
+                    "name": name,
+                    "ok": False,
+                    "error_type": "Interrupted",
+                    "observation": f"Error: {name} was interrupted when the run was stopped; {state}",
+                    "latency": None,
+                },
+                step,
+            )
+        tools = sorted({name for name, _ in running.values()})
+        message = f"stopped while running {', '.join(tools)}" + (
+            f"; still running: {', '.join(still)}" if still else "; none of them is still running"
+        )
+        self.emit("error", {"kind": "tools_interrupted", "message": message, "tools": tools, "still_running": still})
 
     async def execute(self) -> RunResult:
         self.start(
@@ -681,9 +786,7 @@ class _Run(RunLog):
                         outcomes.append(await self._cancellable(self._run_action(c, step)))
                 for c, (obs, _ok, _err) in zip(calls, outcomes):
                     record.results.append((c.name, json.dumps(c.arguments, ensure_ascii=False, default=str), obs))
-                schema_failures = [
-                    err for _, _, err in outcomes if err in ("ValidationError", "NotFoundError", "NotBoundError")
-                ]
+                schema_failures = [err for _, _, err in outcomes if err in _INVALID_CALL]
                 consecutive = consecutive + 1 if len(schema_failures) == len(outcomes) else 0
                 self._finish_step(record)
                 if consecutive >= self.agent.max_consecutive_errors:

@@ -14,6 +14,13 @@ if TYPE_CHECKING:
     from tea_notebook.workspace import Workspace
 
 
+def token_label(model: str, what: str = "tokens") -> str:
+    """An axis label for token counts, marked as estimates for a scripted offline model."""
+    from tea_notebook.models.client import tokens_estimated
+
+    return f"{what} (estimated: scripted model)" if tokens_estimated(model) else what
+
+
 def _pyplot() -> Any:
     try:
         import matplotlib.pyplot as plt
@@ -41,6 +48,7 @@ def plot_run(traj: "Trajectory") -> Any:
         numbers, [s.completion_tokens for s in steps], bottom=[s.prompt_tokens for s in steps], label="completion"
     )
     axes[0].set_title("tokens per step")
+    axes[0].set_ylabel(token_label(traj.model))
     axes[0].legend(fontsize=8)
     axes[1].bar(numbers, [s.cost for s in steps], color="#b35900")
     axes[1].set_title("cost per step (USD)")
@@ -93,6 +101,7 @@ def plot_stages(traj: "Trajectory") -> Any:
         )
     axes[0].set_title("prompt tokens per step, by stage")
     axes[0].set_xlabel("step")
+    axes[0].set_ylabel(token_label(traj.model, "prompt tokens"))
     if len(ordered) <= 8:
         axes[0].legend(fontsize=8)
     labels = [str(t["index"]) for t in totals]
@@ -104,6 +113,7 @@ def plot_stages(traj: "Trajectory") -> Any:
         label="completion",
     )
     axes[1].set_title("tokens per stage")
+    axes[1].set_ylabel(token_label(traj.model))
     axes[1].legend(fontsize=8)
     axes[2].bar(labels, [t["toolbox"] for t in totals], color="#1a7f37")
     axes[2].set_title("toolbox size per stage")
@@ -142,6 +152,7 @@ def plot_conversation(traj: "Trajectory") -> Any:
         label="completion",
     )
     axes[1].set_title("tokens per team agent (own model calls)")
+    axes[1].set_xlabel(token_label(traj.model))
     axes[1].legend(fontsize=8)
     fig.suptitle(f"{traj.agent} · {traj.status} · run {traj.run_id}", fontsize=10)
     plt.close(fig)
@@ -157,6 +168,7 @@ def plot_runs(workspace: "Workspace", limit: int = 200) -> Any:
         "success": "#1a7f37",
         "failed": "#b35900",
         "max_steps": "#d4a72c",
+        "unverified": "#9a6700",
         "interrupted": "#6e40c9",
         "error": "#cf222e",
         "running": "#0969da",

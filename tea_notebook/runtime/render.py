@@ -27,6 +27,7 @@ _STATUS_COLOUR = {
     "success": "#1a7f37",
     "failed": "#b35900",
     "max_steps": "#b35900",
+    "unverified": "#9a6700",
     "interrupted": "#6e40c9",
     "error": "#cf222e",
     "running": "#0969da",
@@ -98,17 +99,80 @@ def payload(traj: "Trajectory") -> dict[str, Any]:
             }
             for t in traj.threads
         ],
-        "messages": [
-            {
-                "seq": m.get("seq"),
-                "thread": m.get("thread"),
-                "sender": m.get("sender"),
-                "mentions": m.get("mentions", []),
-                "content": _field(m.get("content")),
-            }
-            for m in traj.messages
-        ],
+        "messages": _messages_payload(traj),
         "children": [payload(c) for c in traj.children],
+        **_folder_payload(traj.folder),
+    }
+
+
+def _messages_payload(traj: "Trajectory") -> list[dict[str, Any]]:
+    """A CORAL run's messages; each with ``work``, the tool calls its sender made since its previous
+    message, as ``[child index, step number, action index]`` into ``children`` (not copied)."""
+    work = _message_work(traj) if traj.messages and traj.children else {}
+    out = []
+    for m in traj.messages:
+        item = {
+            "seq": m.get("seq"),
+            "thread": m.get("thread"),
+            "sender": m.get("sender"),
+            "mentions": m.get("mentions", []),
+            "content": _field(m.get("content")),
+        }
+        if work.get(m.get("seq")):
+            item["work"] = work[m.get("seq")]
+        out.append(item)
+    return out
+
+
+def _message_work(traj: "Trajectory") -> dict[Any, list[list[int]]]:
+    """The folding :func:`threads_html` does, as references: each sub-run's tool calls go under the
+    first later message of its agent."""
+    by_sender: dict[str, list[dict[str, Any]]] = {}
+    for m in sorted(traj.messages, key=lambda m: m.get("seq", 0)):
+        by_sender.setdefault(m.get("sender", ""), []).append(m)
+    out: dict[Any, list[list[int]]] = {}
+    for i, child in enumerate(traj.children):
+        mine = by_sender.get(child.agent, [])
+        where = {
+            a.get("id"): (s.number, k) for s in child.steps for k, a in enumerate(s.actions) if a.get("id") is not None
+        }
+        for e in child.events:
+            if e.type != "tool_call" or e.data.get("name") in CONVERSATION_TOOLS or e.data.get("id") not in where:
+                continue
+            target = next((m for m in mine if m.get("time", 0) >= e.time), None)
+            if target is not None:
+                step, k = where[e.data["id"]]
+                out.setdefault(target.get("seq"), []).append([i, step, k])
+    return out
+
+
+#: at most this many of a run's files are listed in its payload
+FILES_LISTED = 200
+
+
+def _folder_payload(folder: str | None) -> dict[str, Any]:
+    """The run folder's files (names relative to it, sorted) and its todo.md, when there are any."""
+    from pathlib import Path
+
+    if not folder or not Path(folder).is_dir():
+        return {}
+    root = Path(folder)
+    names = sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
+    out: dict[str, Any] = {}
+    if names:
+        out["files"] = names[:FILES_LISTED]
+    todo = root / "todo.md"
+    if todo.is_file():
+        out["todo"] = _field(todo.read_text(encoding="utf-8", errors="replace"))
+    return out
+
+
+def latency_tree(traj: "Trajectory") -> dict[str, Any]:
+    """Seconds per step (model latency), nested like the run tree: kept in the bundle's metadata,
+    out of the payload, so that stored notebooks stay diffable."""
+    return {
+        "steps": [round(s.latency, 3) for s in traj.steps],
+        "children": [latency_tree(c) for c in traj.children],
     }
 
 
@@ -326,12 +390,18 @@ def _actions_html(actions: list[dict[str, Any]]) -> str:
 
 
 def header_html(agent: str, model: str, status: str, steps: int, tokens: int, cost: float, extra: str = "") -> str:
-    """The header line: agent, model, status and running totals."""
+    """The header line: agent, model, status and running totals (token counts of a scripted
+    offline model are marked as estimates)."""
+    from tea_notebook.models.client import ESTIMATED, tokens_estimated
+
     colour = _STATUS_COLOUR.get(status, "#57606a")
+    shown = f"<span>{tokens:,} tokens</span>"
+    if tokens_estimated(model):
+        shown = f"<span title='{_esc(ESTIMATED)}'>~{tokens:,} tokens (estimated)</span>"
     return (
         f"<div class='h'><span class='st' style='color:{colour}'>{_esc(status)}</span>"
         f"<span><b>{_esc(agent)}</b></span><span class='muted'>{_esc(model)}</span>"
-        f"<span>{steps} steps</span><span>{tokens:,} tokens</span><span>${cost:.4f}</span>{extra}</div>"
+        f"<span>{steps} steps</span>{shown}<span>${cost:.4f}</span>{extra}</div>"
     )
 
 
@@ -371,5 +441,14 @@ def trajectory_html(traj: "Trajectory", nested: bool = False) -> str:
 def mimebundle(traj: "Trajectory") -> tuple[dict[str, Any], dict[str, Any]]:
     """``(data, metadata)`` for IPython: the custom MIME type, HTML and text; ids in metadata."""
     data = {MIME_TYPE: payload(traj), "text/html": trajectory_html(traj), "text/plain": traj.text(ids=False)}
-    metadata = {MIME_TYPE: {"run_id": traj.run_id, "parent_id": traj.parent_id, "forked_from": traj.forked_from}}
+    metadata = {
+        MIME_TYPE: {
+            "run_id": traj.run_id,
+            "parent_id": traj.parent_id,
+            "forked_from": traj.forked_from,
+            "fork_step": traj.fork_step,
+            "folder": traj.folder,
+            "latency": latency_tree(traj),
+        }
+    }
     return data, metadata

@@ -103,12 +103,37 @@ class RunLog:
         if self.owns_sessions():
             await self.ws.envs.arelease(self.run_id)
 
+    def model_defaults(self) -> dict[str, Any]:
+        """Timeout, retries and server of this run's model calls where the client sets none: the
+        workspace's ``model_timeout`` / ``model_retries`` / ``api_base``, then the run tree's own
+        (``%%agent --api-base``)."""
+        ws = self.ws
+        defaults = {
+            "timeout": getattr(ws, "model_timeout", None),
+            "retries": getattr(ws, "model_retries", None),
+            "api_base": getattr(ws, "api_base", None),
+        }
+        defaults.update({k: v for k, v in getattr(self.ctx, "model_options", {}).items() if v is not None})
+        return defaults
+
+    def request_event(self, client: ModelClient, model: str, **data: Any) -> dict[str, Any]:
+        """The ``model_request`` event's data: with the call's ``timeout`` (and when it started) so a
+        live view can count down while it waits, its ``retries`` and server."""
+        settings = client.settings(model, self.model_defaults())
+        return {
+            "model": model,
+            **data,
+            "timeout": settings["timeout"],
+            "retries": settings["retries"],
+            "api_base": settings["api_base"],
+        }
+
     async def logged_call(
         self, client: ModelClient, model: str, messages: list[dict[str, Any]], stage: str, step: int
     ) -> ModelReply:
         """One model call without tools, recorded in this run (at ``step``) with tokens and cost."""
-        self.emit("model_request", {"model": model, "messages": len(messages), "stage": stage}, step)
-        reply = await client.complete(model, messages)
+        self.emit("model_request", self.request_event(client, model, messages=len(messages), stage=stage), step)
+        reply = await client.complete(model, messages, defaults=self.model_defaults())
         self.count(reply)
         self.emit(
             "model_response",

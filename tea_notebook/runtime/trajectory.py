@@ -52,6 +52,10 @@ class Trajectory:
     stages: list[dict[str, Any]] = field(default_factory=list)
     threads: list[dict[str, Any]] = field(default_factory=list)
     messages: list[dict[str, Any]] = field(default_factory=list)
+    #: the step of ``forked_from`` this run continues from
+    fork_step: int | None = None
+    #: the run's folder (its files, todo.md), when it was loaded from a workspace
+    folder: str | None = None
 
     @classmethod
     def load(cls, workspace: "Workspace", run_id: str) -> "Trajectory":
@@ -143,6 +147,8 @@ class Trajectory:
             stages=stages,
             threads=list(threads.values()),
             messages=messages,
+            fork_step=row.get("fork_step"),
+            folder=str(workspace.path / "runs" / row["id"]),
         )
 
     @property
@@ -225,7 +231,10 @@ class Trajectory:
         for child in self.children:
             lines.append(child.text(indent + "    ", ids))
         lines.append(f"{indent}answer: {shorten(self.answer)}")
-        lines.append(f"{indent}tokens {self.prompt_tokens}+{self.completion_tokens}, cost ${self.cost:.4f}")
+        from tea_notebook.models.client import ESTIMATED, tokens_estimated
+
+        note = f" ({ESTIMATED})" if tokens_estimated(self.model) else ""
+        lines.append(f"{indent}tokens {self.prompt_tokens}+{self.completion_tokens}{note}, cost ${self.cost:.4f}")
         return "\n".join(lines)
 
     def __repr__(self) -> str:

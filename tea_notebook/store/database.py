@@ -72,7 +72,16 @@ CREATE TABLE IF NOT EXISTS embeddings(
     PRIMARY KEY(embedder, text_hash));
 CREATE TABLE IF NOT EXISTS blobs(
     digest TEXT PRIMARY KEY, size INTEGER NOT NULL, data BLOB, recipe TEXT);
+CREATE TABLE IF NOT EXISTS evaluations(
+    name TEXT PRIMARY KEY, created REAL NOT NULL, updated REAL NOT NULL, config TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS eval_results(
+    evaluation TEXT NOT NULL, task_id TEXT NOT NULL, position INTEGER NOT NULL, status TEXT NOT NULL,
+    correct INTEGER, data TEXT NOT NULL, finished REAL NOT NULL, attempts INTEGER NOT NULL DEFAULT 1,
+    PRIMARY KEY(evaluation, task_id));
 """
+# ``evaluations`` and ``eval_results`` (batch evaluation, tea_notebook.eval) came after schema 1 was
+# released: tables an older reader never opens, created at open like the rest (a migration, not a
+# new schema version). One row per (evaluation, task), written as each task ends.
 # Columns added to ``runs`` after schema 1 was released. Adding them is compatible both ways (an
 # older reader ignores them), so it is a migration at open, not a new schema version: which
 # process runs a run, to tell a run whose process died from one that is still going.
@@ -674,6 +683,109 @@ class Database:
             frontier = [r[0] for r in self._read(f"SELECT id FROM runs WHERE parent_id IN ({marks})", tuple(frontier))]
             out += frontier
         return out
+
+    # -- run trees moved between workspaces (a Ray worker's runs into the driver's) -------------
+    def export_run_tree(self, run_id: str) -> dict:
+        """A run and its sub-runs as plain data: run rows (every column), their events in order and
+        every kept full text, for :meth:`import_run_tree` in another workspace."""
+        ids = self.descendants(run_id)
+        marks = ",".join("?" * len(ids))
+        cols = [r[1] for r in self._read("PRAGMA table_info(runs)")]
+        runs = [dict(zip(cols, r)) for r in self._read(f"SELECT * FROM runs WHERE id IN ({marks})", tuple(ids))]
+        events = [list(r[1:]) for r in self.events_of(ids)]  # without the local sequence number
+        blobs = [
+            [d, size, None if data is None else bytes(data), recipe]
+            for d, size, data, recipe in self._read("SELECT digest, size, data, recipe FROM blobs")
+        ]
+        return {"runs": runs, "events": events, "blobs": blobs}
+
+    def import_run_tree(self, tree: dict) -> int:
+        """Add the runs, events and full texts of :meth:`export_run_tree` (ids kept; a run already
+        here is skipped with its events). Returns the number of runs added."""
+        added = 0
+        with self.transaction() as cur:
+            have = {r[1] for r in cur.execute("PRAGMA table_info(runs)")}
+            new_runs = set()
+            for row in tree.get("runs", []):
+                row = {k: v for k, v in row.items() if k in have}
+                names = ",".join(row)
+                marks = ",".join("?" * len(row))
+                if cur.execute(f"INSERT OR IGNORE INTO runs({names}) VALUES ({marks})", tuple(row.values())).rowcount:
+                    new_runs.add(row["id"])
+                    added += 1
+            cur.executemany(
+                "INSERT OR IGNORE INTO events(id, run_id, parent_id, type, step, time, data) VALUES (?,?,?,?,?,?,?)",
+                [tuple(e) for e in tree.get("events", []) if e[1] in new_runs],
+            )
+            cur.executemany(
+                "INSERT OR IGNORE INTO blobs(digest, size, data, recipe) VALUES (?,?,?,?)",
+                [tuple(b) for b in tree.get("blobs", [])],
+            )
+        return added
+
+    # -- batch evaluations ----------------------------------------------------------------
+    def put_evaluation(self, name: str, config: dict) -> None:
+        """Create or update an evaluation's record (its configuration as JSON)."""
+        now = time.time()
+        with self.transaction() as cur:
+            cur.execute(
+                "INSERT INTO evaluations(name, created, updated, config) VALUES (?,?,?,?) "
+                "ON CONFLICT(name) DO UPDATE SET updated=excluded.updated, config=excluded.config",
+                (name, now, now, json.dumps(config, default=str)),
+            )
+
+    def evaluation(self, name: str) -> dict | None:
+        """``{name, created, updated, config}`` of one evaluation, or None."""
+        rows = self._read("SELECT name, created, updated, config FROM evaluations WHERE name=?", (name,))
+        if not rows:
+            return None
+        name, created, updated, config = rows[0]
+        return {"name": name, "created": created, "updated": updated, "config": json.loads(config)}
+
+    def evaluations(self) -> list[dict]:
+        """Every evaluation, newest first, with its counts of tasks, correct ones and errors."""
+        rows = self._read(
+            "SELECT e.name, e.created, e.updated, count(r.task_id), coalesce(sum(r.correct), 0), "
+            "coalesce(sum(r.status='error'), 0) FROM evaluations e LEFT JOIN eval_results r "
+            "ON r.evaluation=e.name GROUP BY e.name ORDER BY e.updated DESC"
+        )
+        keys = ("name", "created", "updated", "tasks", "correct", "errors")
+        return [dict(zip(keys, r)) for r in rows]
+
+    def put_eval_result(self, evaluation: str, task_id: str, position: int, status: str, correct: bool | None,
+                        data: dict) -> None:
+        """Store one task's result (replacing an earlier attempt at it, whose count goes up)."""
+        with self.transaction() as cur:
+            cur.execute(
+                "INSERT INTO eval_results(evaluation, task_id, position, status, correct, data, finished) "
+                "VALUES (?,?,?,?,?,?,?) ON CONFLICT(evaluation, task_id) DO UPDATE SET position=excluded.position, "
+                "status=excluded.status, correct=excluded.correct, data=excluded.data, finished=excluded.finished, "
+                "attempts=attempts+1",
+                (evaluation, task_id, position, status, None if correct is None else int(correct),
+                 json.dumps(data, default=str), time.time()),
+            )
+
+    def eval_results(self, evaluation: str) -> list[dict]:
+        """An evaluation's stored task results in task order: the stored data plus ``status``,
+        ``correct``, ``finished`` and ``attempts``."""
+        rows = self._read(
+            "SELECT task_id, position, status, correct, data, finished, attempts FROM eval_results "
+            "WHERE evaluation=? ORDER BY position, task_id",
+            (evaluation,),
+        )
+        out = []
+        for task_id, position, status, correct, data, finished, attempts in rows:
+            item = json.loads(data)
+            item.update(task_id=task_id, position=position, status=status,
+                        correct=None if correct is None else bool(correct), finished=finished, attempts=attempts)
+            out.append(item)
+        return out
+
+    def delete_evaluation(self, name: str) -> None:
+        """Forget an evaluation and its results (its runs stay)."""
+        with self.transaction() as cur:
+            cur.execute("DELETE FROM eval_results WHERE evaluation=?", (name,))
+            cur.execute("DELETE FROM evaluations WHERE name=?", (name,))
 
     # -- blobs --------------------------------------------------------------------------
     @staticmethod

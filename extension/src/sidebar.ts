@@ -1,0 +1,256 @@
+/**
+ * The TEA sidebar: the current notebook's workspace (tools, agents, environments, runs, memory),
+ * searchable, each item expandable (schema, versions, usage, provenance). It talks to the kernel
+ * through the comm target `tea_notebook.sidebar` that `%load_ext tea_notebook` registers; the kernel
+ * pushes a fresh state after every cell that changed the workspace (so when a run ends).
+ */
+
+import type { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
+import type { Kernel, KernelMessage } from '@jupyterlab/services';
+import { Widget } from '@lumino/widgets';
+
+import { el } from './dom';
+
+export const COMM_TARGET = 'tea_notebook.sidebar';
+
+export interface IItem {
+  name: string;
+  title?: string;
+  description?: string;
+  version?: number;
+  details?: Record<string, unknown>;
+}
+
+export interface IWorkspaceState {
+  workspace: string;
+  sections: Record<string, IItem[]>;
+}
+
+const SECTIONS: [string, string][] = [
+  ['tools', 'Tools'],
+  ['agents', 'Agents'],
+  ['envs', 'Environments'],
+  ['runs', 'Runs'],
+  ['memory', 'Memory']
+];
+
+export type OpenTrajectory = (run: string, data: unknown, metadata: Record<string, unknown>) => void;
+
+export class TeaSidebar extends Widget {
+  constructor(tracker: INotebookTracker, open: OpenTrajectory) {
+    super();
+    this.id = 'tea-sidebar';
+    this.addClass('jp-TeaSidebar');
+    this.title.caption = 'TEA workspace';
+    this.open = open;
+    this.statusNode = el('div', 'tea-sb-status tea-muted', 'Open a notebook.');
+    this.search = el('input', 'tea-sb-search');
+    this.search.type = 'search';
+    this.search.placeholder = 'search tools, agents, runs…';
+    this.search.addEventListener('input', () => this.render());
+    const refresh = el('button', 'tea-sb-refresh', '⟳');
+    refresh.title = 'refresh';
+    refresh.addEventListener('click', () => this.request({ request: 'state' }));
+    const top = el('div', 'tea-sb-top');
+    top.append(el('b', '', 'TEA'), this.search, refresh);
+    this.body = el('div', 'tea-sb-body');
+    this.node.append(top, this.statusNode, this.body);
+    tracker.currentChanged.connect((_, panel) => this.follow(panel), this);
+    this.follow(tracker.currentWidget);
+  }
+
+  /** The last state the kernel sent (for tests). */
+  get state(): IWorkspaceState | null {
+    return this._state;
+  }
+
+  private follow(panel: NotebookPanel | null): void {
+    if (panel === this.panel) {
+      return;
+    }
+    this.panel?.sessionContext.kernelChanged.disconnect(this.onKernel, this);
+    this.panel = panel;
+    this.setKernel(panel?.sessionContext.session?.kernel ?? null);
+    panel?.sessionContext.kernelChanged.connect(this.onKernel, this);
+    if (!panel) {
+      this.showStatus('Open a notebook.');
+    }
+  }
+
+  private onKernel(): void {
+    this.setKernel(this.panel?.sessionContext.session?.kernel ?? null);
+  }
+
+  private setKernel(kernel: Kernel.IKernelConnection | null): void {
+    if (kernel === this.kernel) {
+      return;
+    }
+    this.kernel?.iopubMessage.disconnect(this.onIOPub, this);
+    this.closeComm();
+    this.kernel = kernel;
+    this._state = null;
+    this.render();
+    if (kernel) {
+      kernel.iopubMessage.connect(this.onIOPub, this);
+      this.connect();
+    }
+  }
+
+  /** After a cell ran (maybe `%load_ext tea_notebook`), try the comm again if it is not open. */
+  private onIOPub(_: Kernel.IKernelConnection, msg: KernelMessage.IIOPubMessage): void {
+    if (msg.header.msg_type === 'execute_input') {
+      this.executed = true;
+    } else if (
+      msg.header.msg_type === 'status' &&
+      (msg.content as KernelMessage.IStatusMsg['content']).execution_state === 'idle' &&
+      this.executed &&
+      !this.comm
+    ) {
+      this.executed = false;
+      this.connect();
+    }
+  }
+
+  private connect(): void {
+    const kernel = this.kernel;
+    if (!kernel || this.comm || kernel.isDisposed) {
+      return;
+    }
+    this.showStatus('Connecting… (run %load_ext tea_notebook in this notebook)');
+    let comm: Kernel.IComm;
+    try {
+      comm = kernel.createComm(COMM_TARGET);
+    } catch {
+      return;
+    }
+    this.comm = comm;
+    comm.onMsg = msg => this.onMessage(msg.content.data as Record<string, unknown>);
+    comm.onClose = () => {
+      if (this.comm === comm) {
+        this.comm = null;
+        this.showStatus('Run %load_ext tea_notebook in this notebook to see its workspace.');
+      }
+    };
+    comm.open({ request: 'state' });
+  }
+
+  private closeComm(): void {
+    const comm = this.comm;
+    this.comm = null;
+    if (comm && !comm.isDisposed) {
+      try {
+        comm.close();
+      } catch {
+        /* the kernel is gone */
+      }
+    }
+  }
+
+  private request(data: Record<string, string>): void {
+    if (this.comm && !this.comm.isDisposed) {
+      this.comm.send(data);
+    } else {
+      this.connect();
+    }
+  }
+
+  private onMessage(data: Record<string, unknown>): void {
+    if (data.type === 'state') {
+      this._state = data.state as IWorkspaceState;
+      this.showStatus(`workspace ${this._state.workspace}`);
+      this.render();
+    } else if (data.type === 'trajectory') {
+      this.open(String(data.run), data.data, (data.metadata ?? {}) as Record<string, unknown>);
+    } else if (data.type === 'error') {
+      this.showStatus(String(data.message));
+    }
+  }
+
+  private showStatus(text: string): void {
+    this.statusNode.textContent = text;
+  }
+
+  private render(): void {
+    this.body.textContent = '';
+    const state = this._state;
+    if (!state) {
+      return;
+    }
+    const q = this.search.value.trim().toLowerCase();
+    for (const [key, label] of SECTIONS) {
+      const items = (state.sections[key] ?? []).filter(
+        it => !q || JSON.stringify(it).toLowerCase().includes(q)
+      );
+      const section = el('details', `tea-sb-section tea-sb-${key}`);
+      section.open = this.openSections.has(key) || q !== '';
+      section.addEventListener('toggle', () => {
+        if (section.open) {
+          this.openSections.add(key);
+        } else {
+          this.openSections.delete(key);
+        }
+      });
+      section.append(el('summary', '', `${label} (${items.length})`));
+      for (const it of items) {
+        section.append(this.item(key, it));
+      }
+      this.body.append(section);
+    }
+  }
+
+  private item(section: string, it: IItem): HTMLElement {
+    const d = el('details', 'tea-sb-item');
+    d.setAttribute('data-name', it.name);
+    const id = `${section}:${it.name}`;
+    d.open = this.openItems.has(id);
+    d.addEventListener('toggle', () => {
+      if (d.open) {
+        this.openItems.add(id);
+      } else {
+        this.openItems.delete(id);
+      }
+    });
+    const summary = el('summary');
+    summary.append(el('span', 'tea-sb-name', it.title || it.name));
+    if (it.version) {
+      summary.append(el('span', 'tea-chip', `v${it.version}`));
+    }
+    d.append(summary);
+    if (it.description) {
+      d.append(el('div', 'tea-sb-desc', it.description));
+    }
+    if (section === 'runs') {
+      const open = el('button', 'tea-sb-open', 'open trajectory');
+      open.setAttribute('data-run', it.name);
+      open.addEventListener('click', ev => {
+        ev.preventDefault();
+        this.request({ request: 'trajectory', run: it.name });
+      });
+      d.append(open);
+    }
+    for (const [k, v] of Object.entries(it.details ?? {})) {
+      if (v === null || v === undefined || v === '' || (Array.isArray(v) && !v.length)) {
+        continue;
+      }
+      const row = el('div', 'tea-sb-detail');
+      row.append(el('span', 'tea-muted', `${k}: `));
+      row.append(
+        typeof v === 'object' ? el('pre', '', JSON.stringify(v, null, 1)) : document.createTextNode(String(v))
+      );
+      d.append(row);
+    }
+    return d;
+  }
+
+  private open: OpenTrajectory;
+  private panel: NotebookPanel | null = null;
+  private kernel: Kernel.IKernelConnection | null = null;
+  private comm: Kernel.IComm | null = null;
+  private executed = false;
+  private _state: IWorkspaceState | null = null;
+  private openSections = new Set<string>(['tools', 'runs']);
+  private openItems = new Set<string>();
+  private statusNode: HTMLElement;
+  private search: HTMLInputElement;
+  private body: HTMLElement;
+}

@@ -1,0 +1,750 @@
+"""MCP import: tools of an MCP server registered in TCP and invoked through a live session.
+
+A connection to an MCP server (over stdio: a command with arguments and environment; or streamable
+HTTP: a URL) is a session of ECP's session manager, like a sandbox: :class:`MCPConnection` is
+started on the first call (one per run, the interactive one outside runs), stopped when the run
+ends, and killed at interpreter exit. The workspace hands TCP an :class:`MCPClients` (TCP imports
+nothing from here); ``ws.tools.import_mcp(...)`` lists the server's tools and registers them, all
+or none, as a toolkit named after the server, each record keeping the server's spec so that after a
+kernel restart the first call connects again. A server that died is restarted at the next call,
+once; if it dies again before answering, the call reports it.
+
+Secrets stay out of the workspace database: an environment variable or header whose name or value
+looks secret is stored as a ``${NAME}`` reference, kept in memory for this process, and read from
+the process environment when a stored spec is used after a restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import re
+import signal
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError as JSONSchemaError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from tea_notebook.envs.base import Environment, EnvironmentFailure
+from tea_notebook.envs.sessions import EnvironmentRuntime, session_key
+from tea_notebook.errors import RegistryError
+from tea_notebook.protocol.context import Context
+from tea_notebook.protocol.records import NAME_PATTERN, ToolkitRecord, ToolRecord
+from tea_notebook.redaction import is_secret_name, redact
+
+if TYPE_CHECKING:
+    from tea_notebook.envs.sessions import SessionManager
+    from tea_notebook.protocol.tcp import ToolRegistry
+
+_REFERENCE = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")
+_STDERR_TAIL = 1200
+
+
+class MCPFailure(EnvironmentFailure):
+    """An MCP server could not be reached, broke the protocol, or failed a call; names the server."""
+
+
+class _ServerGone(MCPFailure):
+    """The server was found dead before a call was sent (the caller restarts it once)."""
+
+
+class MCPServerSpec(BaseModel):
+    """How to reach one MCP server: ``command`` (+ ``args``, ``env``, ``cwd``) for stdio, or ``url``
+    (+ ``headers``) for streamable HTTP; limits for connecting, each call and each result."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    command: str | None = None
+    args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    cwd: str | None = None
+    url: str | None = None
+    headers: dict[str, str] = Field(default_factory=dict)
+    connect_timeout: float = 30.0
+    call_timeout: float = 60.0
+    max_result_chars: int = 100_000
+
+    @field_validator("name")
+    @classmethod
+    def _valid_name(cls, value: str) -> str:
+        if not NAME_PATTERN.match(value):
+            raise ValueError(
+                f"{value!r} is not a valid MCP server name (it names the toolkit): letters, digits, '_' or '-'"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> "MCPServerSpec":
+        if bool(self.command) == bool(self.url):
+            raise ValueError("give an MCP server either a command (stdio) or a url (streamable HTTP), not both")
+        if self.url and not re.match(r"^https?://", self.url):
+            raise ValueError(f"an MCP server url must start with http:// or https://, not {self.url!r}")
+        for label, value in (("connect_timeout", self.connect_timeout), ("call_timeout", self.call_timeout)):
+            if value <= 0:
+                raise ValueError(f"{label} must be positive")
+        if self.max_result_chars < 1:
+            raise ValueError("max_result_chars must be positive")
+        return self
+
+    @property
+    def transport(self) -> str:
+        """``"stdio"`` or ``"http"``."""
+        return "stdio" if self.command else "http"
+
+    @property
+    def where(self) -> str:
+        """The command line or URL, for messages (secrets redacted)."""
+        text = " ".join([self.command or "", *self.args]) if self.command else str(self.url)
+        return str(redact(text))
+
+    def stored(self) -> dict[str, Any]:
+        """The spec as kept in the tool records: secret values replaced by ``${NAME}`` references."""
+        data = self.model_dump(mode="json")
+        data["env"] = {k: _reference(k, v) for k, v in self.env.items()}
+        data["headers"] = {k: _reference(k, v, env_name=_header_env(k)) for k, v in self.headers.items()}
+        return data
+
+    def resolved(self, what: str) -> dict[str, str]:
+        """``env`` or ``headers`` with ``${NAME}`` references read from the process environment."""
+        out = {}
+        for key, value in getattr(self, what).items():
+            match = _REFERENCE.match(value)
+            if match:
+                found = os.environ.get(match.group(1))
+                if found is None:
+                    raise MCPFailure(
+                        f"MCP server {self.name!r}: {what[:-1] if what == 'headers' else what} {key!r} refers to "
+                        f"${{{match.group(1)}}}, which is not set in this process's environment (secrets are "
+                        "not stored in the workspace; set it, or import the server again)"
+                    )
+                value = found
+            out[key] = value
+        return out
+
+
+def _header_env(header: str) -> str:
+    return "MCP_" + re.sub(r"[^A-Za-z0-9]+", "_", header).upper()
+
+
+def _reference(key: str, value: str, env_name: str | None = None) -> str:
+    """``value``, or a ``${NAME}`` reference when it is a secret (by its name or its shape)."""
+    if _REFERENCE.match(value):
+        return value
+    if is_secret_name(key) or redact(value, keys=False) != value:
+        return f"${{{env_name or key}}}"
+    return value
+
+
+# -- the live session -------------------------------------------------------------------------------
+class MCPConnection(Environment):
+    """One live connection to an MCP server (a session of ECP's session manager).
+
+    The SDK's transports and ``ClientSession`` are async context managers that must be entered and
+    left by one task, so the connection lives in its own task on the session manager's loop; calls
+    from other tasks use the session it holds.
+    """
+
+    name = "mcp"
+    description = "A live connection to an MCP server."
+    scope = "run"
+    stop_timeout = 15.0
+
+    def __init__(self, folder: Path, context: Context | None = None, *, spec: dict[str, Any], **config: Any):
+        super().__init__(folder, context, **config)
+        self.spec = MCPServerSpec.model_validate(spec)
+        self.start_timeout = self.spec.connect_timeout + 20.0  # the manager's backstop; start() keeps its own
+        self.session: Any = None
+        self.tools: list[Any] = []
+        self._wrapped: set[str] = set()  # tools whose structured result is {"result": value}
+        self.server_info: dict[str, Any] = {}
+        self.protocol_version = ""
+        self.pid: int | None = None
+        self.closed = False
+        self._task: asyncio.Task | None = None
+        self._leave: asyncio.Event | None = None
+        self._bad: list[str] = []
+        self._stderr: Path | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Start the server (stdio) or connect (HTTP), do the handshake and list the tools."""
+        loop = asyncio.get_running_loop()
+        ready: asyncio.Future = loop.create_future()
+        self._leave = asyncio.Event()
+        self._task = loop.create_task(self._hold(ready), name=f"mcp:{self.spec.name}")
+        try:
+            await asyncio.wait_for(asyncio.shield(ready), self.spec.connect_timeout)
+        except asyncio.TimeoutError:
+            raise MCPFailure(
+                f"MCP server {self.spec.name!r} did not answer the handshake within "
+                f"{self.spec.connect_timeout:g} s ({self.spec.where}){self._stderr_tail()}"
+            ) from None
+
+    async def _hold(self, ready: asyncio.Future) -> None:
+        from mcp import ClientSession
+
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                streams = await self._open(stack)
+                session = await stack.enter_async_context(
+                    ClientSession(*streams, message_handler=self._on_message, client_info=_client_info())
+                )
+                await self._handshake(session)
+                self.session = session
+                ready.set_result(None)
+                await self._leave.wait()  # type: ignore[union-attr]
+        except BaseException as exc:  # noqa: BLE001 - handed to start(), or the connection is gone
+            if not ready.done():
+                ready.set_exception(self._explain_start(exc))
+                ready.exception()  # start() may have given up waiting: mark it retrieved
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+        finally:
+            self.session = None
+            self.closed = True
+
+    async def _open(self, stack: contextlib.AsyncExitStack) -> tuple[Any, Any]:
+        spec = self.spec
+        if spec.transport == "stdio":
+            from mcp import StdioServerParameters, stdio_client
+
+            self.folder.mkdir(parents=True, exist_ok=True)
+            self._stderr = self.folder / f"mcp-{spec.name}.stderr.log"
+            errlog = stack.enter_context(open(self._stderr, "w", encoding="utf-8"))  # noqa: SIM115
+            params = StdioServerParameters(
+                command=spec.command, args=spec.args, env=spec.resolved("env") or None, cwd=spec.cwd
+            )
+            before = _children()
+            streams = await stack.enter_async_context(stdio_client(params, errlog=errlog))
+            self.pid = _find_child(before, [spec.command or "", *spec.args])
+            return streams[0], streams[1]
+        import httpx2
+        from mcp.client.streamable_http import streamable_http_client
+
+        # the SDK's default read timeout (a server may hold a response stream open); ours to connect
+        timeout = httpx2.Timeout(max(30.0, spec.call_timeout), connect=spec.connect_timeout, read=300.0)
+        client = await stack.enter_async_context(httpx2.AsyncClient(headers=spec.resolved("headers"), timeout=timeout))
+        streams = await stack.enter_async_context(streamable_http_client(spec.url, http_client=client))
+        return streams[0], streams[1]
+
+    async def _handshake(self, session: Any) -> None:
+        init = asyncio.ensure_future(session.initialize())
+        init.add_done_callback(lambda t: t.cancelled() or t.exception())  # never "not retrieved"
+        while not init.done():  # a line that is not JSON-RPC ends the wait at once, not at the timeout
+            await asyncio.wait({init}, timeout=0.05)
+            if self._bad and not init.done():
+                init.cancel()
+                raise MCPFailure(
+                    f"MCP server {self.spec.name!r} does not speak MCP: it sent {self._bad[0]!r} ({self.spec.where})"
+                )
+        result = init.result()
+        self.protocol_version = result.protocol_version
+        info = result.server_info
+        self.server_info = {"name": info.name, "version": info.version} if info is not None else {}
+        tools, cursor = [], None
+        while True:
+            from mcp.types import PaginatedRequestParams
+
+            page = await session.list_tools(params=PaginatedRequestParams(cursor=cursor) if cursor else None)
+            tools.extend(page.tools)
+            cursor = page.next_cursor
+            if not cursor:
+                break
+        self.tools = tools
+        self._wrapped = {t.name for t in tools if _is_wrapped(t.output_schema)}
+
+    async def _on_message(self, message: Any) -> None:
+        if isinstance(message, Exception) and len(self._bad) < 5:
+            text = str(message)
+            found = re.search(r"input_value='(.*?)'", text)
+            self._bad.append(found.group(1)[:200] if found else text.splitlines()[0][:200])
+
+    def _explain_start(self, exc: BaseException) -> BaseException:
+        spec = self.spec
+        if isinstance(exc, MCPFailure):
+            return exc
+        if isinstance(exc, asyncio.CancelledError):
+            return MCPFailure(f"MCP server {spec.name!r}: connecting was cancelled")
+        if isinstance(exc, BaseExceptionGroup):
+            inner = exc.exceptions[0] if exc.exceptions else exc
+            return self._explain_start(inner)
+        text = str(exc) or type(exc).__name__
+        closed = "Connection closed" in text or isinstance(exc, (EOFError, BrokenPipeError, ConnectionResetError))
+        if not closed and isinstance(exc, OSError) and spec.transport == "stdio":
+            return MCPFailure(f"MCP server {spec.name!r} could not be started ({spec.where}): {text}")
+        if "Unsupported protocol version" in text:
+            version = text.rsplit(":", 1)[-1].strip()
+            return MCPFailure(
+                f"MCP server {spec.name!r} speaks protocol version {version!r}, which this client does not "
+                f"support ({spec.where})"
+            )
+        if closed and spec.transport == "stdio":
+            return MCPFailure(
+                f"MCP server {spec.name!r} exited before completing the handshake ({spec.where}){self._stderr_tail()}"
+            )
+        if isinstance(exc, ValidationError):
+            return MCPFailure(f"MCP server {spec.name!r} sent a malformed answer during the handshake: {_first(exc)}")
+        if spec.transport == "http":
+            return MCPFailure(
+                f"MCP server {spec.name!r} cannot be reached at {spec.where}: {type(exc).__name__}: {text}"
+            )
+        return MCPFailure(
+            f"MCP server {spec.name!r} failed to start: {type(exc).__name__}: {text}{self._stderr_tail()}"
+        )
+
+    def _stderr_tail(self) -> str:
+        if self._stderr is None or not self._stderr.exists():
+            return ""
+        try:
+            text = self._stderr.read_text(encoding="utf-8", errors="replace").strip()
+        except OSError:
+            return ""
+        if not text:
+            return ""
+        return "; its stderr ends with:\n" + str(redact(text[-_STDERR_TAIL:]))
+
+    async def stop(self) -> None:
+        """Close the session and stop the server (the SDK closes stdin, then terminates it)."""
+        task = self._task
+        if task is None:
+            return
+        if self._leave is not None:
+            self._leave.set()
+        if self.session is None and not task.done():
+            task.cancel()
+        try:
+            await task
+        except BaseException:  # noqa: BLE001 - the connection's own end; only our own cancellation goes on
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise
+        finally:
+            self._task = None
+
+    def kill(self) -> None:
+        """At interpreter exit: kill the server's process group."""
+        if self.pid is not None:
+            with contextlib.suppress(OSError):
+                os.killpg(self.pid, signal.SIGKILL)
+
+    def state(self) -> str:
+        """Which server, how reached, how many tools, alive or not."""
+        alive = "connected" if self.alive() else "gone"
+        pid = f", pid {self.pid}" if self.pid else ""
+        return f"MCP server {self.spec.name} ({self.spec.transport}{pid}): {len(self.tools)} tools, {alive}"
+
+    def alive(self) -> bool:
+        """Whether the session is up (and, over stdio, the server process is still running)."""
+        if self.session is None or self.closed:
+            return False
+        return self.pid is None or _process_alive(self.pid)
+
+    # -- calls -------------------------------------------------------------------------------------
+    async def call_tool(self, tool: str, args: dict[str, Any]) -> Any:
+        """Call one tool; its value, or an :class:`MCPFailure` naming the server and what went wrong."""
+        from mcp.shared.exceptions import MCPError
+        from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
+
+        spec = self.spec
+        session = self.session
+        if session is None or not self.alive():
+            raise _ServerGone(f"MCP server {spec.name!r} is no longer running")
+        try:  # the SDK's own read timeout: no extra task per call (asyncio.wait_for costs ~0.25 ms)
+            result = await session.call_tool(tool, args, read_timeout_seconds=spec.call_timeout)
+        except MCPError as exc:
+            if exc.error.code == REQUEST_TIMEOUT:
+                raise MCPFailure(
+                    f"MCP server {spec.name!r}: tool {tool!r} did not answer within {spec.call_timeout:g} s"
+                ) from None
+            if exc.error.code == CONNECTION_CLOSED:
+                self.closed = True
+                raise MCPFailure(
+                    f"MCP server {spec.name!r} closed the connection during the call of {tool!r} (the server "
+                    f"exited?); it is restarted at the next call"
+                ) from None
+            raise MCPFailure(f"MCP server {spec.name!r}: tool {tool!r}: {exc.error.message}") from None
+        except ValidationError as exc:
+            raise MCPFailure(
+                f"MCP server {spec.name!r} sent a malformed result for tool {tool!r}: {_first(exc)}"
+            ) from None
+        except RuntimeError as exc:  # the SDK's checks of a result (output schema, unexpected shapes)
+            raise MCPFailure(f"MCP server {spec.name!r} sent an invalid result for tool {tool!r}: {exc}") from None
+        return self._value(tool, result)
+
+    def _value(self, tool: str, result: Any) -> Any:
+        spec = self.spec
+        texts = []
+        for block in result.content or []:
+            kind = getattr(block, "type", "")
+            if kind == "text":
+                texts.append(block.text)
+            elif kind in ("image", "audio"):
+                texts.append(f"[{kind} {block.mime_type}, {len(block.data) * 3 // 4:,} bytes]")
+            elif kind == "resource_link":
+                texts.append(f"[resource {block.uri}]")
+            elif kind == "resource":
+                inner = block.resource
+                texts.append(getattr(inner, "text", None) or f"[resource {inner.uri}]")
+            else:
+                texts.append(f"[{kind or type(block).__name__} content]")
+        text = "\n".join(texts)
+        if result.is_error:
+            raise MCPFailure(f"MCP server {spec.name!r}: tool {tool!r} failed: {_clip(text, 2000) or '(no message)'}")
+        value: Any = text
+        structured = result.structured_content
+        if structured is not None:
+            value = structured["result"] if tool in self._wrapped and "result" in structured else structured
+        if isinstance(value, str):
+            if len(value) > spec.max_result_chars:
+                return (
+                    f"{value[: spec.max_result_chars]}… (clipped by tea: MCP server {spec.name!r} returned "
+                    f"{len(value):,} characters for {tool!r}, more than the limit of {spec.max_result_chars:,})"
+                )
+            return value
+        size = len(json.dumps(value, default=str))
+        if size > spec.max_result_chars:
+            raise MCPFailure(
+                f"MCP server {spec.name!r}: tool {tool!r} returned {size:,} characters of structured content, "
+                f"more than the limit of {spec.max_result_chars:,}"
+            )
+        return value
+
+
+def _is_wrapped(schema: dict[str, Any] | None) -> bool:
+    """Whether an output schema is the ``{"result": ...}`` wrapper SDKs put around a non-object value."""
+    if not isinstance(schema, dict):
+        return False
+    return set(schema.get("properties") or {}) == {"result"} and list(schema.get("required") or []) == ["result"]
+
+
+def _first(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    where = ".".join(str(p) for p in err["loc"]) or "(result)"
+    return f"{where}: {err['msg']}"
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _client_info() -> Any:
+    from mcp.types import Implementation
+
+    from tea_notebook import __version__
+
+    return Implementation(name="tea_notebook", version=__version__)
+
+
+# -- the server's process (stdio) ---------------------------------------------------------------------
+def _children() -> set[int]:
+    """Process ids of this process's children (Linux /proc; empty elsewhere)."""
+    me, out = os.getpid(), set()
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return out
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[-1].split()
+        if len(fields) > 1 and fields[1] == str(me):
+            out.add(int(entry.name))
+    return out
+
+
+def _find_child(before: set[int], argv: list[str]) -> int | None:
+    """The child started since ``before`` whose command line is ``argv``, else the only new child (a
+    script's interpreter shows another command line); None when it cannot be told."""
+    new = sorted(_children() - before)
+    for pid in new:
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:-1]
+        except OSError:
+            continue
+        if [c.decode(errors="replace") for c in cmdline] == argv:
+            return pid
+    return new[0] if len(new) == 1 else None
+
+
+def _process_alive(pid: int) -> bool:
+    """Whether the server process still exists (asyncio reaps a child that exits, so a dead server is
+    gone within moments; a signal 0 costs a microsecond, reading /proc thirty)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+# -- TCP's side: import and call -----------------------------------------------------------------------
+@dataclass
+class MCPImport:
+    """What ``ws.tools.import_mcp`` registered: the toolkit, its tools, and who the server said it was."""
+
+    server: str
+    toolkit: ToolkitRecord
+    tools: list[ToolRecord]
+    server_info: dict[str, Any] = field(default_factory=dict)
+    protocol_version: str = ""
+    removed: list[str] = field(default_factory=list)
+
+    def __repr__(self) -> str:
+        names = ", ".join(t.name for t in self.tools)
+        return f"<MCP server {self.server}: {len(self.tools)} tools registered ({names})>"
+
+
+class MCPClients:
+    """The MCP servers of one workspace: their session runtimes, imports and calls (handed to TCP)."""
+
+    def __init__(self, manager: "SessionManager"):
+        self.manager = manager
+        self._runtimes: dict[str, EnvironmentRuntime] = {}
+        self._specs: dict[str, MCPServerSpec] = {}  # given in this process, secrets included
+        self._stored: dict[str, tuple[dict[str, Any], MCPServerSpec]] = {}  # parsed stored specs
+
+    def runtime(self, spec: MCPServerSpec) -> EnvironmentRuntime:
+        """The session runtime of a server (made on first use; live sessions are keyed by its name)."""
+        current = self._runtimes.get(spec.name)
+        if current is None:
+            config = {"spec": spec.model_dump(mode="json")}
+            current = self._runtimes[spec.name] = EnvironmentRuntime(
+                self.manager, f"mcp:{spec.name}", MCPConnection, config
+            )
+        return current
+
+    def spec_of(self, record: ToolRecord) -> MCPServerSpec:
+        """The spec a record's server is reached by: the one given in this process, else the stored one."""
+        meta = record.metadata.get("mcp") or {}
+        server = meta.get("server")
+        if not server:
+            raise MCPFailure(f"tool {record.name!r} has origin 'mcp' but names no MCP server")
+        given = self._specs.get(server)
+        if given is not None:
+            return given
+        stored = meta.get("spec")
+        if not isinstance(stored, dict):
+            raise MCPFailure(f"tool {record.name!r}: MCP server {server!r} has no stored spec; import it again")
+        cached = self._stored.get(server)
+        if cached is not None and cached[0] == stored:
+            return cached[1]
+        try:
+            spec = MCPServerSpec.model_validate(stored)
+        except ValidationError as exc:
+            raise MCPFailure(
+                f"tool {record.name!r}: the stored spec of MCP server {server!r} is invalid: {_first(exc)}"
+            ) from None
+        self._stored[server] = (stored, spec)
+        return spec
+
+    async def call(self, record: ToolRecord, args: dict[str, Any], context: Context) -> Any:
+        """Invoke an imported tool through its server's live session (started on first use; a dead
+        server restarted once)."""
+        spec = self.spec_of(record)
+        tool = (record.metadata.get("mcp") or {}).get("tool") or record.name
+        runtime = self.runtime(spec)
+
+        async def work(conn: MCPConnection) -> Any:
+            return await conn.call_tool(tool, args)
+
+        try:
+            return await self.manager.run(runtime, context, work)
+        except _ServerGone:
+            await self.manager.arelease(session_key(context, MCPConnection.scope), runtime.name)
+        try:
+            return await self.manager.run(runtime, context, work)
+        except _ServerGone:
+            await self.manager.arelease(session_key(context, MCPConnection.scope), runtime.name)
+            raise MCPFailure(
+                f"MCP server {spec.name!r} died again right after a restart; not restarting it twice"
+            ) from None
+        except MCPFailure as exc:
+            raise MCPFailure(f"MCP server {spec.name!r} had died and was restarted once, then: {exc}") from None
+
+    async def alist(self, spec: MCPServerSpec) -> MCPConnection:
+        """Connect (the interactive session) and return the live connection with its tool list."""
+        runtime = self.runtime(spec)
+
+        async def work(conn: MCPConnection) -> MCPConnection:
+            if not conn.alive():
+                raise _ServerGone(f"MCP server {spec.name!r} is no longer running")
+            return conn
+
+        try:
+            return await self.manager.run(runtime, Context(), work)
+        except _ServerGone:
+            await self.manager.arelease(session_key(None, MCPConnection.scope), runtime.name)
+            return await self.manager.run(runtime, Context(), work)
+
+    def import_server(
+        self, tools: "ToolRegistry", spec: MCPServerSpec, *, prefix: str | None, category: str
+    ) -> MCPImport:
+        """Connect, list, and register every tool of the server (all or none) as its toolkit."""
+        from tea_notebook._sync import run_sync
+
+        known = self._runtimes.get(spec.name)
+        if known is not None and known.config["spec"] != spec.model_dump(mode="json"):
+            self.forget(spec.name)  # the server is reached another way now: stop the old sessions
+        self._specs[spec.name] = spec
+        try:
+            conn = run_sync(self.alist(spec))
+            return _register(tools, spec, conn, prefix=spec.name + "_" if prefix is None else prefix, category=category)
+        except BaseException:
+            self.manager.release(session_key(None, MCPConnection.scope), f"mcp:{spec.name}")
+            self._specs.pop(spec.name, None)
+            raise
+
+    def spec(self, name: str, command: Any = None, args: Any = (), **options: Any) -> MCPServerSpec:
+        """A validated server spec (see :func:`make_spec`)."""
+        return make_spec(name, command, args, **options)
+
+    def forget(self, server: str) -> list[str]:
+        """Stop every session of a server and drop its spec from memory."""
+        self._specs.pop(server, None)
+        self._stored.pop(server, None)
+        self._runtimes.pop(server, None)
+        return self.manager.release(None, f"mcp:{server}")
+
+
+def _register(
+    tools: "ToolRegistry", spec: MCPServerSpec, conn: MCPConnection, *, prefix: str, category: str
+) -> MCPImport:
+    server = spec.name
+    toolkits = tools.workspace.toolkits
+    stored = spec.stored()
+    provenance = {
+        "mcp": {
+            "server": server,
+            "transport": spec.transport,
+            "where": spec.where,
+            "server_info": conn.server_info,
+            "protocol_version": conn.protocol_version,
+        }
+    }
+    records: list[ToolRecord] = []
+    seen: dict[str, str] = {}
+    for tool in conn.tools:
+        name = prefix + re.sub(r"[^A-Za-z0-9_\-]", "_", tool.name)
+        if name and name[0].isdigit():
+            name = "_" + name
+        if not NAME_PATTERN.match(name):
+            raise MCPFailure(
+                f"MCP server {server!r}: tool {tool.name!r} cannot be named {name!r} in the registry (at most 64 "
+                "letters, digits, '_' or '-'); nothing was registered — import with a shorter prefix="
+            )
+        if name in seen:
+            raise MCPFailure(
+                f"MCP server {server!r}: tools {seen[name]!r} and {tool.name!r} both become {name!r}; "
+                "nothing was registered"
+            )
+        seen[name] = tool.name
+        schema = tool.input_schema
+        problem = _schema_problem(schema)
+        if problem:
+            raise MCPFailure(
+                f"MCP server {server!r}: tool {tool.name!r} has an input schema that is not valid JSON Schema "
+                f"({problem}); nothing was registered"
+            )
+        existing = tools.current(name)
+        if existing is not None and (
+            existing.origin != "mcp" or (existing.metadata.get("mcp") or {}).get("server") != server
+        ):
+            raise MCPFailure(
+                f"MCP server {server!r}: a tool named {name!r} is already registered (origin {existing.origin!r}); "
+                "nothing was registered — import with another prefix="
+            )
+        description = (tool.description or tool.title or "").strip() or f"The {tool.name} tool of MCP server {server}."
+        try:
+            records.append(
+                ToolRecord(
+                    name=name,
+                    description=description,
+                    parameters=dict(schema),
+                    returns=dict(tool.output_schema or {}),
+                    entrypoint=f"mcp:{server}/{tool.name}",
+                    origin="mcp",
+                    category=category,
+                    toolkit=server,
+                    metadata={"mcp": {"server": server, "tool": tool.name, "spec": stored}, "provenance": provenance},
+                )
+            )
+        except ValidationError as exc:
+            raise MCPFailure(f"MCP server {server!r}: tool {tool.name!r} cannot be recorded: {_first(exc)}") from None
+    if server in toolkits:
+        kit_now = toolkits.get(server)
+        if kit_now.origin != "mcp":
+            raise MCPFailure(
+                f"MCP server {server!r}: a toolkit named {server!r} already exists (origin {kit_now.origin!r}); "
+                "nothing was registered — give the server another name"
+            )
+    info = conn.server_info
+    label = f"{info.get('name')} {info.get('version') or ''}".strip() if info else server
+    kit = ToolkitRecord(
+        name=server,
+        description=f"Tools of the MCP server {server} ({label}, over {spec.transport}).",
+        tools=[r.name for r in records],
+        category=category,
+        origin="mcp",
+        metadata={"mcp": {"server": server, "spec": stored}, "provenance": provenance},
+    )
+    previous = [r.name for r in tools.list(toolkit=server, _usage=False) if r.origin == "mcp"]
+    before = {r.name: r.version for r in records if tools.current(r.name) is not None}
+    stored_tools = tools.register_many(records, note=f"MCP import from server {server}") if records else []
+    try:
+        stored_kit = toolkits.register(kit, note=f"MCP import from server {server}")
+    except BaseException:  # all or none: undo the tools just registered
+        for rec in stored_tools:
+            if rec.name in before:
+                tools.rollback(rec.name, before[rec.name])
+            else:
+                tools.unregister(rec.name)
+        raise
+    removed = [n for n in previous if n not in seen]
+    for name in removed:
+        tools.unregister(name)
+    return MCPImport(server, stored_kit, stored_tools, conn.server_info, conn.protocol_version, removed)
+
+
+def _schema_problem(schema: Any) -> str:
+    if not isinstance(schema, dict):
+        return "not an object"
+    try:
+        Draft202012Validator.check_schema(schema)
+    except JSONSchemaError as exc:
+        return exc.message
+    if schema.get("type", "object") != "object":
+        return "parameters must be a JSON object schema"
+    return ""
+
+
+def make_spec(
+    name: str,
+    command: str | list[str] | None = None,
+    args: list[str] | tuple[str, ...] = (),
+    **options: Any,
+) -> MCPServerSpec:
+    """A validated spec from what ``ws.tools.import_mcp`` was given (``command`` may be a list). A
+    stdio server without ``cwd`` runs where it was imported from, after a restart too."""
+    if isinstance(command, (list, tuple)):
+        if not command:
+            raise RegistryError("an MCP server command must not be empty")
+        command, args = str(command[0]), [*map(str, command[1:]), *args]
+    if command and not options.get("cwd"):
+        options["cwd"] = os.getcwd()
+    try:
+        return MCPServerSpec(name=name, command=command, args=list(args), **options)
+    except ValidationError as exc:
+        raise RegistryError(f"MCP server {name!r}: {exc.errors()[0]['msg'].removeprefix('Value error, ')}") from None
+
+
+__all__ = ["MCPClients", "MCPConnection", "MCPFailure", "MCPImport", "MCPServerSpec", "make_spec"]

@@ -1,0 +1,176 @@
+"""The Ray engine: each task runs as a Ray task, in a temporary workspace built from an exported spec
+of the agent and its tools (:mod:`tea_notebook.eval.spec`), and ships back its result AND its run
+tree (runs, events, full texts), which is imported into the driver's workspace, so
+``ws.trajectory(run_id)`` works there as for a local run. No shared file system is assumed: the
+spec and the attachments travel with the task.
+
+``ray.init()`` starts a local Ray (with as many CPUs as the evaluation's ``concurrency``) unless Ray
+is already initialised or ``address=`` names a cluster to join. A worker that dies mid-task makes
+that task an error with the reason; the evaluation goes on. Ray is an optional extra:
+``pip install tea_notebook[ray]``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import sys
+import sysconfig
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tea_notebook.errors import TeaError
+from tea_notebook.eval.attempt import GRACE, Attempt, Limits
+from tea_notebook.eval.spec import export_spec
+
+if TYPE_CHECKING:
+    from tea_notebook.eval.tasks import Task
+    from tea_notebook.workspace import Workspace
+
+RETURN_SLACK = 30.0  # seconds past a task's own timeout before the driver gives up on its Ray task
+
+
+def _ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise TeaError(
+            "engine='ray' needs Ray: pip install 'tea_notebook[ray]' (or pip install 'ray>=2.40,<3')"
+        ) from None
+    return ray
+
+
+def _installed(module: Any) -> bool:
+    """Whether a module is importable by any process of this environment (in site-packages or
+    the standard library), as opposed to a test file or a notebook."""
+    path = getattr(module, "__file__", None)
+    if not path:
+        return True  # built-in
+    roots = {sysconfig.get_paths()[k] for k in ("purelib", "platlib", "stdlib", "platstdlib")}
+    path = os.path.realpath(path)
+    return any(path.startswith(os.path.realpath(r) + os.sep) for r in roots)
+
+
+def _ship_scripts_by_value(spec: dict[str, Any]) -> None:
+    """Scripted models written in a test file or a notebook travel by value (a worker cannot import them)."""
+    from ray import cloudpickle
+
+    for model in (spec.get("scripted") or {}).values():
+        fn = getattr(model, "_fn", None)
+        module = sys.modules.get(getattr(fn, "__module__", "") or "")
+        if module is not None and module.__name__ != "__main__" and not _installed(module):
+            cloudpickle.register_pickle_by_value(module)
+
+
+def _task_payload(task: "Task") -> dict[str, Any]:
+    """The task with its attachments' bytes (the worker may be on another machine)."""
+    data = task.to_dict()
+    data["attachments"] = [{"name": Path(f).name, "data": Path(f).read_bytes()} for f in task.files]
+    data["files"] = []
+    return data
+
+
+def remote_task(
+    spec: dict[str, Any], payload: dict[str, Any], limits: dict[str, Any], model: str | None, prompt: str
+) -> dict[str, Any]:
+    """What one Ray task does (in the worker): build the workspace, run the task, export its run tree."""
+    from tea_notebook._sync import run_sync
+    from tea_notebook.eval.attempt import UsageWatcher, run_task
+    from tea_notebook.eval.spec import build_workspace
+    from tea_notebook.eval.tasks import Task
+
+    folder = Path(tempfile.mkdtemp(prefix="tea-eval-"))
+    try:
+        files = []
+        for i, item in enumerate(payload.pop("attachments", [])):
+            target = folder / "files" / str(i) / item["name"]
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(item["data"])
+            files.append(str(target))
+        task = Task.from_dict({**payload, "files": files})
+        ws, agent = build_workspace(spec, folder / "ws")
+        try:
+            watcher = UsageWatcher(ws)
+
+            async def go() -> Attempt:
+                return await run_task(
+                    ws, agent, task, watcher=watcher, limits=Limits(**limits), model=model, prompt=prompt
+                )
+
+            attempt = run_sync(go())
+            watcher.close()
+            ws.events.flush()
+            tree = ws.db.export_run_tree(attempt.run_id) if attempt.run_id else None
+        finally:
+            ws.close()
+        return {"attempt": attempt.to_dict(), "tree": tree, "worker": f"pid {os.getpid()}"}
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+class RayExecutor:
+    """Runs each task as a Ray task and imports its run tree into the driver's workspace."""
+
+    name = "ray"
+
+    def __init__(
+        self,
+        ws: "Workspace",
+        agent: Any,
+        *,
+        limits: Limits,
+        model: str | None,
+        prompt: str,
+        address: str | None = None,
+        concurrency: int = 1,
+    ):
+        ray = _ray()
+        self.ws, self.limits, self.model, self.prompt = ws, limits, model, prompt
+        if not ray.is_initialized():
+            options: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
+            if address is None:
+                options["num_cpus"] = max(concurrency, 1)
+            ray.init(address=address, **options)
+        spec = export_spec(ws, agent, model)
+        _ship_scripts_by_value(spec)
+        self.spec_ref = ray.put(spec)
+        self.remote = ray.remote(num_cpus=1, max_retries=0)(remote_task)
+        self.limits_data = {"timeout": limits.timeout, "max_steps": limits.max_steps, "max_tokens": limits.max_tokens}
+
+    def running_cost(self) -> float:
+        """Costs of tasks in flight are known only when they return."""
+        return 0.0
+
+    async def run(self, task: "Task") -> Attempt:
+        """Submit one task and wait for it; a dead worker or a lost task is an error attempt."""
+        ray = _ray()
+        ref = self.remote.remote(self.spec_ref, _task_payload(task), self.limits_data, self.model, self.prompt)
+        wait = None if self.limits.timeout is None else self.limits.timeout + GRACE + RETURN_SLACK
+        try:
+            out = await asyncio.wait_for(asyncio.wrap_future(ref.future()), timeout=wait)
+        except asyncio.TimeoutError:
+            ray.cancel(ref, force=True)
+            return Attempt(
+                task.id,
+                run_status="error",
+                error=f"timed out: the Ray task did not return within {wait:g}s and was cancelled",
+            )
+        except asyncio.CancelledError:
+            ray.cancel(ref, force=True)
+            raise
+        except ray.exceptions.RayError as exc:
+            first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
+            return Attempt(
+                task.id, run_status="error", error=f"the Ray worker running it failed ({type(exc).__name__}): {first}"
+            )
+        if out.get("tree"):
+            self.ws.db.import_run_tree(out["tree"])
+        return Attempt(**out["attempt"])
+
+    async def close(self) -> None:
+        """Ray stays up for the next evaluation (``ray.shutdown()`` stops it)."""
+
+
+__all__ = ["RayExecutor", "remote_task"]

@@ -1,0 +1,198 @@
+"""The kernel side of the JupyterLab TEA sidebar: the comm target ``tea_notebook.sidebar``.
+
+``%load_ext tea_notebook`` registers the target. The sidebar opens a comm to it and asks
+``{"request": "state"}`` (the workspace's tools, agents, environments, runs and memory) or
+``{"request": "trajectory", "run": ID}`` (a run's trajectory bundle, for a main-area panel). After
+every cell the kernel sends the state again if it changed, so the sidebar refreshes when a run ends
+or a tool is created.
+
+Why a comm and not an ``execute_request`` with ``user_expressions`` on each idle: the kernel can push
+(no polling, nothing added to the execution count or history), one message carries the whole state,
+and a comm cannot run arbitrary code sent by the page. The sidebar shows only a workspace that a
+magic already opened: it never creates a ``.tea`` folder by itself.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, Callable
+
+TARGET = "tea_notebook.sidebar"
+#: items per section at most (the newest runs; registries by name)
+SECTION_LIMIT = 200
+#: text fields are cut to this many characters
+TEXT_LIMIT = 2000
+
+
+def _clip(value: Any, limit: int = TEXT_LIMIT) -> str:
+    text = "" if value is None else str(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _versions(registry: Any, name: str) -> list[dict[str, Any]]:
+    try:
+        return [
+            {"version": v.version, "hash": v.hash[:12], "current": v.current, "note": _clip(v.note, 200)}
+            for v in registry.versions(name)
+        ]
+    except Exception:  # noqa: BLE001 - a record without history: show it without versions
+        return []
+
+
+def _usage(record: Any) -> dict[str, Any] | None:
+    usage = getattr(record, "usage", None)
+    if usage is None or not getattr(usage, "calls", 0):
+        return None
+    return {"calls": usage.calls, "failures": usage.failures, "mean_latency_ms": round(usage.mean_latency_ms, 1)}
+
+
+def _provenance(record: Any) -> dict[str, Any]:
+    meta = getattr(record, "metadata", {}) or {}
+    keep = {k: meta[k] for k in ("created_by", "source_run", "run_id", "kind", "judge", "tests") if k in meta}
+    return {"origin": getattr(record, "origin", ""), **{k: _clip(v, 300) for k, v in keep.items()}}
+
+
+def _record_item(registry: Any, record: Any) -> dict[str, Any]:
+    details: dict[str, Any] = {"category": getattr(record, "category", "")}
+    for field in ("parameters", "returns"):
+        value = getattr(record, field, None)
+        if value:
+            details["schema" if field == "parameters" else field] = value
+    for field in ("role", "model", "tools", "max_steps", "toolkit", "permissions", "rules", "state", "constraints"):
+        value = getattr(record, field, None)
+        if value not in (None, "", [], {}):
+            details[field] = value if isinstance(value, (list, dict, int)) else _clip(value, 500)
+    actions = getattr(record, "actions", None)
+    if actions:
+        details["actions"] = [a.name for a in actions]
+    source = getattr(record, "source", "")
+    if source:
+        details["source"] = _clip(source)
+    usage = _usage(record)
+    if usage:
+        details["usage"] = usage
+    details["provenance"] = _provenance(record)
+    details["versions"] = _versions(registry, record.name)
+    return {
+        "name": record.name,
+        "description": _clip(record.description, 500),
+        "version": record.version,
+        "details": details,
+    }
+
+
+def workspace_state(ws: Any) -> dict[str, Any]:
+    """What the sidebar shows: one list of items per section (plain JSON)."""
+    sections: dict[str, list[dict[str, Any]]] = {}
+    for key, registry in (("tools", ws.tools), ("agents", ws.agents), ("envs", ws.envs)):
+        sections[key] = [_record_item(registry, r) for r in registry.list()[:SECTION_LIMIT]]
+    sections["runs"] = [
+        {
+            "name": r["id"],
+            "title": f"{r['agent']} · {r['status']}",
+            "description": _clip(r["task"], 300),
+            "details": {"model": r.get("model"), "forked_from": r.get("forked_from"), "fork_step": r.get("fork_step")},
+        }
+        for r in ws.runs(limit=SECTION_LIMIT)
+    ]
+    sections["memory"] = [
+        {
+            "name": m.name,
+            "description": _clip(m.description, 500),
+            "version": m.version,
+            "details": {"kind": getattr(m, "kind", ""), "task": _clip(getattr(m, "task", ""), 300)},
+        }
+        for m in ws.memory.list()[:SECTION_LIMIT]
+    ]
+    return {"workspace": str(ws.path), "sections": sections}
+
+
+class SidebarComms:
+    """The open sidebar comms of one kernel, and what they were last sent."""
+
+    def __init__(self, workspace: Callable[[], Any]):
+        """``workspace``: returns the workspace the magics have open, or None (nothing opened yet)."""
+        self.workspace = workspace
+        self.comms: list[Any] = []
+        self._sent: dict[int, str] = {}
+
+    # -- the comm target ------------------------------------------------------------------------
+    def open(self, comm: Any, msg: dict[str, Any]) -> None:
+        """A sidebar opened a comm: answer its first request, keep it for pushes."""
+        self.comms.append(comm)
+        comm.on_msg(lambda m: self.handle(comm, m["content"]["data"]))
+        comm.on_close(lambda _m: self._forget(comm))
+        self.handle(comm, msg["content"].get("data") or {"request": "state"})
+
+    def _forget(self, comm: Any) -> None:
+        if comm in self.comms:
+            self.comms.remove(comm)
+        self._sent.pop(id(comm), None)
+
+    def handle(self, comm: Any, data: dict[str, Any]) -> None:
+        """Answer one request from the sidebar."""
+        try:
+            request = data.get("request")
+            if request == "state":
+                self._send_state(comm, force=True)
+            elif request == "trajectory":
+                comm.send(self.trajectory(str(data.get("run", ""))))
+            else:
+                comm.send({"type": "error", "message": f"unknown request {request!r}"})
+        except Exception as exc:  # noqa: BLE001 - the sidebar shows the error; the kernel goes on
+            comm.send({"type": "error", "message": f"{type(exc).__name__}: {_clip(exc, 300)}"})
+
+    def trajectory(self, run: str) -> dict[str, Any]:
+        """A run's trajectory as the sidebar opens it: the mime bundle's payload and metadata."""
+        ws = self.workspace()
+        if ws is None:
+            return {"type": "error", "message": "no workspace is open in this kernel"}
+        from tea_notebook.runtime.render import MIME_TYPE, mimebundle
+
+        data, metadata = mimebundle(ws.trajectory(run))
+        return {
+            "type": "trajectory",
+            "run": metadata[MIME_TYPE]["run_id"],
+            "data": data[MIME_TYPE],
+            "metadata": metadata,
+        }
+
+    def _send_state(self, comm: Any, force: bool = False) -> None:
+        ws = self.workspace()
+        if ws is None:
+            message = {
+                "type": "state",
+                "state": {"workspace": "(none open yet: run a %tea or %%agent cell)", "sections": {}},
+            }
+        else:
+            message = {"type": "state", "state": workspace_state(ws)}
+        digest = hashlib.sha256(json.dumps(message, sort_keys=True, default=str).encode()).hexdigest()
+        if force or self._sent.get(id(comm)) != digest:
+            self._sent[id(comm)] = digest
+            comm.send(message)
+
+    # -- after each cell --------------------------------------------------------------------------
+    def post_run_cell(self, *_args: Any) -> None:
+        """IPython's ``post_run_cell`` hook: push the state to every sidebar if it changed."""
+        for comm in list(self.comms):
+            try:
+                self._send_state(comm)
+            except Exception:  # noqa: BLE001 - a closed comm or a workspace mid-switch: next cell
+                self._forget(comm)
+
+
+def register(shell: Any, workspace: Callable[[], Any]) -> SidebarComms | None:
+    """Register the comm target with the kernel running ``shell`` (None outside a Jupyter kernel)."""
+    if getattr(shell, "kernel", None) is None:
+        return None
+    try:
+        import comm as comm_module
+
+        manager = comm_module.get_comm_manager()
+    except Exception:  # noqa: BLE001 - no comm support in this kernel
+        return None
+    comms = SidebarComms(workspace)
+    manager.register_target(TARGET, comms.open)
+    shell.events.register("post_run_cell", comms.post_run_cell)
+    return comms
