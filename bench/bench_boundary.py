@@ -152,20 +152,20 @@ Sandbox round trip (`PythonSandbox.request("exec", code="1+1")`, warm, {args.cal
 |---|---|---|---|
 {chr(10).join(rows)}
 
-- Warm: {new['warm']['median_ms']:.2f} ms with bubblewrap, {warm_ratio:.2f}× the previous implementation
-  (target ≤ {WARM_TARGET_MS:g} ms {mark(new['warm']['median_ms'] <= WARM_TARGET_MS)}). The extra cost is the supervisor's hop (it
+- Warm: {new["warm"]["median_ms"]:.2f} ms with bubblewrap, {warm_ratio:.2f}× the previous implementation
+  (target ≤ {WARM_TARGET_MS:g} ms {mark(new["warm"]["median_ms"] <= WARM_TARGET_MS)}). The extra cost is the supervisor's hop (it
   owns the control channel so that user code cannot write onto it) and its check of the run folder's
   size after every call (the disk quota).
-- Cold: {new['cold']['median_ms']:.0f} ms with bubblewrap, {cold_ratio:.2f}× the previous implementation
-  (target ≤ {COLD_TARGET_MS:g} ms {mark(new['cold']['median_ms'] <= COLD_TARGET_MS)}).
-- Boundary measured: {new['state']}
+- Cold: {new["cold"]["median_ms"]:.0f} ms with bubblewrap, {cold_ratio:.2f}× the previous implementation
+  (target ≤ {COLD_TARGET_MS:g} ms {mark(new["cold"]["median_ms"] <= COLD_TARGET_MS)}).
+- Boundary measured: {new["state"]}
 
 A generated tool's call through `ws.tools.invoke` (warm, {args.calls} calls, same function):
 
 | where it runs | median ms | p95 ms |
 |---|---|---|
-| out of process: its run's sandbox session (default) | {tools['sandbox']['median_ms']:.2f} | {tools['sandbox']['p95_ms']:.2f} |
-| in this process (`ws.tools.trust(name, "in_process")`) | {tools['in_process']['median_ms']:.2f} | {tools['in_process']['p95_ms']:.2f} |
+| out of process: its run's sandbox session (default) | {tools["sandbox"]["median_ms"]:.2f} | {tools["sandbox"]["p95_ms"]:.2f} |
+| in this process (`ws.tools.trust(name, "in_process")`) | {tools["in_process"]["median_ms"]:.2f} | {tools["in_process"]["p95_ms"]:.2f} |
 
 Out of process costs {extra:.2f} ms more a call (target ≤ {TOOL_EXTRA_TARGET_MS:g} ms {mark(extra <= TOOL_EXTRA_TARGET_MS)}).
 """
@@ -183,7 +183,9 @@ def main() -> None:
         figures = {
             "bubblewrap": warm_and_cold(PythonSandbox, base, "bwrap", args.calls, args.cold, isolation="bubblewrap"),
             "process": warm_and_cold(PythonSandbox, base, "process", args.calls, args.cold, isolation="process"),
-            "previous": warm_and_cold(previous_sandbox(args.base, base / "previous"), base, "prev", args.calls, args.cold),
+            "previous": warm_and_cold(
+                previous_sandbox(args.base, base / "previous"), base, "prev", args.calls, args.cold
+            ),
             "tools": tool_calls(base, args.calls),
         }
     publish(report(figures, args), args.write)

@@ -270,7 +270,7 @@ def render(results: dict[str, Any]) -> str:
         f"| sandbox cold start, spawn → ready, behind its boundary "
         f"| {ms1(cs['spawn'])} | < {COLD_START_TARGET_S * 1000:.0f} ms "
         f"| {ok(cs['spawn']['median_ms'] < COLD_START_TARGET_S * 1000)} |",
-        f"| the same as the fallback child process (`isolation=\"process\"`) | {ms1(cs['spawn_plain'])} | | |",
+        f'| the same as the fallback child process (`isolation="process"`) | {ms1(cs["spawn_plain"])} | | |',
         f"| of which the interpreter: `python -I` importing the child's standard modules, timed alone "
         f"| {ms1(cs['interpreter'])} | | |",
         f"| first `ws.envs.invoke` of a new session (session start + spawn + `1+1`) | {ms1(cs['first_invoke'])} | | |",

@@ -156,9 +156,21 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
         tasks = sample_path()
     results = evaluate(
-        ws, args.agent, tasks, name=args.name, model=args.model, scorer=args.scorer, concurrency=args.concurrency,
-        timeout=args.timeout, max_steps=args.max_steps, max_tokens=args.max_tokens, cost_cap=args.cost_cap,
-        retry_errors=args.retry_errors, limit=args.limit, engine=args.engine, address=args.address,
+        ws,
+        args.agent,
+        tasks,
+        name=args.name,
+        model=args.model,
+        scorer=args.scorer,
+        concurrency=args.concurrency,
+        timeout=args.timeout,
+        max_steps=args.max_steps,
+        max_tokens=args.max_tokens,
+        cost_cap=args.cost_cap,
+        retry_errors=args.retry_errors,
+        limit=args.limit,
+        engine=args.engine,
+        address=args.address,
         progress="off" if args.json else "auto",
     )
     if args.json:
@@ -255,8 +267,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print only the RunResult as JSON")
     p.set_defaults(func=cmd_run)
     p = sub.add_parser("eval", help="evaluate an agent on a task set (resumable: the same --name skips finished tasks)")
-    p.add_argument("tasks", help="GAIA metadata.jsonl or its folder, a JSONL / CSV of questions and answers, "
-                   "'sample', or 'list' / 'show' (stored evaluations)")
+    p.add_argument(
+        "tasks",
+        help="GAIA metadata.jsonl or its folder, a JSONL / CSV of questions and answers, "
+        "'sample', or 'list' / 'show' (stored evaluations)",
+    )
     p.add_argument("--agent", default="agent", help="a registered agent, or orchestra, researcher, toolself, coral...")
     p.add_argument("--name", default=None, help="the evaluation's name (rerun it to resume)")
     p.add_argument("--model", default=None, help="a litellm model name, or tea/test, tea/demo, tea/replay:PATH")

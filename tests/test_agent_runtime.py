@@ -720,7 +720,13 @@ def test_cancel_from_another_thread_interrupts_the_run(ws):
     stored = ws.events.events(result.run_id)
     # the trajectory says which tool the stop cut short, and that it is still running (it sleeps on)
     assert types_of(stored) == [
-        "run_started", "model_request", "model_response", "tool_call", "tool_result", "error", "run_finished"
+        "run_started",
+        "model_request",
+        "model_response",
+        "tool_call",
+        "tool_result",
+        "error",
+        "run_finished",
     ]
     assert stored[4].data["error_type"] == "Interrupted" and stored[5].data["still_running"] == ["nap"]
     assert stored[-1].data["status"] == "interrupted"

@@ -149,6 +149,23 @@ def test_await_a_handle_in_async_code(ws):
     assert result.answer == "awaited" and handle.status == "success"
 
 
+def test_model_options_apply_to_the_background_run_only(ws, monkeypatch):
+    """``%%agent --background --api-base URL`` passes its server to this run's model calls."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: connecting is refused
+    url = f"http://127.0.0.1:{port}/v1"
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_API_BASE", raising=False)
+    agent = ws.agent("remote", tools=[], model="openai/gpt-4o-mini")
+    handle = agent.start("Say hi.", model_options={"api_base": url})
+    result = handle.result(30)
+    assert result.status == "error" and f"cannot reach {url}" in (result.error or "")
+    assert ws.context().model_options == {}  # nothing leaks into other runs
+
+
 def test_every_agent_kind_can_start(ws):
     """Agents, workflow agents and CORAL teams share one start/run_sync (the Runnable mixin)."""
     from tea_notebook.agents.coral import CoralTeam

@@ -105,7 +105,7 @@ class Lab:
             f"--IdentityProvider.token={self.token}",
             f"--ServerApp.root_dir={root}",
             "--LabApp.expose_app_in_browser=True",  # window.jupyterapp: run commands as a person would
-            "--LabServerApp.announcements_url=",
+            "--LabApp.news_url=None",  # no announcements feed (offline)
         ]
         if hasattr(os, "geteuid") and os.geteuid() == 0:
             cmd.append("--allow-root")
@@ -479,6 +479,14 @@ def _stop_from_the_renderer(lp: Page, shots: Any) -> None:
         timeout=30000,
     )
     assert live.locator("[data-tea=status]").inner_text() == "running"
+    # the view updates in place: a card opened while the run goes stays open as steps arrive
+    live.locator(".tea-step[data-step='1'] .tea-step-head").click()
+    page.wait_for_function(
+        """() => window.jupyterapp.shell.currentWidget.content.widgets[4].node.querySelectorAll('.tea-step').length >= 4""",
+        timeout=30000,
+    )
+    assert live.locator(".tea-step[data-step='1'] .tea-step-body").count() == 1
+    assert "slow 0" in live.locator(".tea-step[data-step='1'] .tea-step-body").inner_text()
     shots(lp.cell(4), "trajectory-live")
     stop = lp.cell(4).locator("[data-tea=stop]")
     clicked = time.monotonic()
@@ -622,3 +630,64 @@ def _untrusted(lp: Page, shots: Any) -> None:
     assert ts.locator(".tea-step").count() == 3
     ts.locator(".tea-tab[data-view=steps]").click()
     assert ts.locator(".tea-stage").count() == 0 and ts.locator(".tea-step").count() == 3
+
+
+BACKGROUND = [
+    "from tea_notebook.models.offline import ScriptedModel, call\n"
+    "first = ScriptedModel([call('slow', i=i) for i in range(20)] + [call('done', success=True, text='first done')],"
+    " name='bg-first')\n"
+    "second = ScriptedModel([call('slow', i=i) for i in range(12)] + [call('done', success=True, text='second done')],"
+    " name='bg-second')",
+    "%%agent first --background --model tea/script:bg-first --tools slow --max-steps 50 --out job1\nTick twenty times.",
+    "%%agent second --background --model tea/script:bg-second --tools slow --max-steps 50 --out job2\nTick twelve times.",
+    "print('meanwhile:', job1.status, job2.status, 6 * 7)",
+    "%tea jobs",
+]
+
+
+def test_background_runs_leave_the_kernel_free_and_finish_in_their_cells(lab, browser, shots):
+    """Two ``%%agent --background`` runs: other cells run meanwhile, both views update in their own
+    cells after those cells ended, and each becomes its run's trajectory (no Stop) when it ends."""
+    ws_path = lab.root / "bg-ws"
+    cells = [SETUP.format(ws=str(ws_path)), TOOLS, *BACKGROUND]
+    (lab.root / "bg.ipynb").write_text(json.dumps(_notebook(cells)))
+    context = browser.new_context(viewport={"width": 1400, "height": 1400})
+    page = context.new_page()
+    lp = Page(page, lab)
+    try:
+        lp.open("bg.ipynb")
+        for i in range(3):
+            lp.run(i)
+        started = time.monotonic()
+        lp.run(3)  # returns at once: the kernel goes idle while the run goes on
+        lp.cell(3).locator("button.jupyter-button", has_text="Stop").wait_for(timeout=5000)  # its own Stop
+        lp.run(4)
+        lp.run(5)
+        assert time.monotonic() - started < 8, "the background cells waited for their runs"
+        meanwhile = json.loads(lp.outputs_text(5))
+        assert meanwhile[0]["text"].strip() == "meanwhile: running running 42"
+        # both views update in place, each in its own cell, and end as the stored trajectories
+        for index, answer, steps in ((3, "first done", 21), (4, "second done", 13)):
+            page.wait_for_function(
+                f"""() => {{ const n = window.jupyterapp.shell.currentWidget.content.widgets[{index}].node;
+                           const s = [...n.querySelectorAll('[data-tea=status]')].map(x => x.textContent);
+                           return s.includes('success'); }}""",
+                timeout=60000,
+            )
+            outputs = json.loads(lp.outputs_text(index))
+            final = [
+                o for o in outputs if MIME in o.get("data", {}) and not o.get("metadata", {}).get(MIME, {}).get("live")
+            ]
+            assert len(final) == 1, [o.get("output_type") for o in outputs]
+            assert final[0]["data"][MIME]["answer"] == answer and len(final[0]["data"][MIME]["steps"]) == steps
+            view = lp.cell(index).locator(".tea-traj").first
+            assert view.locator(".tea-step").count() == steps
+            assert "tokens (estimated)" in view.locator("[data-tea=tokens]").inner_text()  # a scripted model
+            assert lp.cell(index).locator("[data-tea=stop]").count() == 0
+            assert lp.cell(index).locator("button.jupyter-button").count() == 0  # the Stop widget is gone
+        lp.run(6)
+        jobs = json.loads(lp.outputs_text(6))[0]["data"]["text/html"]
+        assert "first" in jobs and "second" in jobs and jobs.count("success") == 2
+        shots(page, "background-runs")
+    finally:
+        context.close()

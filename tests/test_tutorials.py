@@ -83,9 +83,7 @@ def test_offline_runs_say_their_model_is_scripted():
 def test_the_evaluation_tutorial_says_its_models_are_scripted_and_resumes():
     path = ROOT / "notebooks" / "07_evaluation.ipynb"
     assert path in NOTEBOOKS
-    outputs = "".join(
-        str(out.get("data", {})) + out.get("text", "") for c in _code_cells(path) for out in c.outputs
-    )
+    outputs = "".join(str(out.get("data", {})) + out.get("text", "") for c in _code_cells(path) for out in c.outputs)
     assert "tea/script:stand_in (scripted, not an LLM)" in outputs
     assert "stopped by the user" in outputs and "evaluation stand-in: 30/30 done" in outputs
 

@@ -77,6 +77,8 @@ export interface ITrajectory {
   children: ITrajectory[];
   /** true while the run goes (the live view's payload) */
   live?: boolean;
+  /** token counts are estimates (a scripted offline model counts characters, not tokens) */
+  tokens_estimated?: boolean;
   /** the run's files (names relative to its folder) and its todo.md */
   files?: string[];
   todo?: string;
@@ -225,6 +227,7 @@ function parseTraj(v: unknown, where: string, depth: number): ITrajectory {
       parseTraj(c, `${where}.children[${i}]`, depth + 1)
     ),
     live: o.live === true,
+    tokens_estimated: o.tokens_estimated === true,
     files: strs(o.files),
     todo: str(o.todo),
     forked_from: o.forked_from ? str(o.forked_from) : null

@@ -193,7 +193,7 @@ export class TrajectoryView {
     const total = countSteps(t);
     h.append(
       el('span', '', `${t.steps.length} steps${total > t.steps.length ? ` (${total} with sub-agents)` : ''}`),
-      el('span', '', `${(t.prompt_tokens + t.completion_tokens).toLocaleString()} tokens`),
+      tokensNode(t.prompt_tokens + t.completion_tokens, t.tokens_estimated === true),
       el('span', '', fmtCost(t.cost))
     );
     const parent = t.forked_from || this.meta.forked_from;
@@ -555,3 +555,14 @@ function countSteps(t: ITrajectory): number {
 
 
 export { runAt };
+
+/** The header's token count; estimates (scripted models) say so, as the HTML view does. */
+function tokensNode(tokens: number, estimated: boolean): HTMLElement {
+  if (!estimated) {
+    return el('span', '', `${tokens.toLocaleString()} tokens`);
+  }
+  const node = el('span', 'tea-estimated', `~${tokens.toLocaleString()} tokens (estimated)`);
+  node.title = 'estimated: scripted model, no tokenizer';
+  node.setAttribute('data-tea', 'tokens');
+  return node;
+}

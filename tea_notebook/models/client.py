@@ -354,8 +354,7 @@ class ModelClient:
                     where = base or "the provider"
                     why = "connection refused" if isinstance(refused, ConnectionRefusedError) else "unknown host"
                     raise ModelError(
-                        f"model {model!r}: cannot reach {where} ({why}: is the server running, and is the URL "
-                        "right?)"
+                        f"model {model!r}: cannot reach {where} ({why}: is the server running, and is the URL right?)"
                     ) from None
                 if _retryable(exc, model) and attempt < retries:
                     delay = self.backoff * (2**attempt) * (0.5 + random.random())

@@ -464,7 +464,9 @@ class JobsView:
 
 def _job_line(handle: Any) -> str:
     r = handle.row()
-    color = {"running": "#0969da", "stopping": "#9a6700", "success": "#1a7f37"}.get(r["status"], "#cf222e")
+    amber = "#9a6700"  # ended without a verified success, but not broken either
+    color = {"running": "#0969da", "success": "#1a7f37", "stopping": amber, "interrupted": amber}
+    color = color.get(r["status"], amber if r["status"] in ("unverified", "max_steps") else "#cf222e")
     error = f" · <span style='color:#cf222e'>{_esc(r['error'])}</span>" if r["error"] else ""
     return (
         f"<code>{_esc(r['run'])}</code> <b>{_esc(r['agent'])}</b> "

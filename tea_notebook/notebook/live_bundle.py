@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from tea_notebook.models.client import display_name
+from tea_notebook.models.client import display_name, tokens_estimated
 from tea_notebook.runtime.render import CONVERSATION_TOOLS, MIME_TYPE, _field, _stage_payload, _step_payload
 
 if TYPE_CHECKING:
@@ -41,6 +41,7 @@ def _run_payload(view: "LiveView", run_id: str) -> dict[str, Any]:
         "model": display_name(run.model),
         "status": run.status,
         "answer": "",
+        "tokens_estimated": tokens_estimated(run.model),
         "prompt_tokens": run.tokens,
         "completion_tokens": 0,
         "cost": run.cost,

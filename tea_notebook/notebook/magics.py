@@ -330,9 +330,7 @@ class TeaMagics(Magics):
         words = _split(tail)
         ws = self.workspace
         if words[:1] == ["list"]:
-            rows = [
-                {k: r[k] for k in ("name", "tasks", "correct", "errors")} for r in ws.evaluations()
-            ]
+            rows = [{k: r[k] for k in ("name", "tasks", "correct", "errors")} for r in ws.evaluations()]
             return _Listing(rows, "evaluations")
         if words[:1] == ["show"]:
             try:
@@ -365,9 +363,23 @@ class TeaMagics(Magics):
             from tea_notebook.eval.datasets import sample_path
 
             tasks = sample_path()
-        options = {k: getattr(args, k) for k in ("name", "model", "scorer", "concurrency", "timeout", "max_steps",
-                                                  "max_tokens", "cost_cap", "retry_errors", "limit", "engine",
-                                                  "address")}
+        options = {
+            k: getattr(args, k)
+            for k in (
+                "name",
+                "model",
+                "scorer",
+                "concurrency",
+                "timeout",
+                "max_steps",
+                "max_tokens",
+                "cost_cap",
+                "retry_errors",
+                "limit",
+                "engine",
+                "address",
+            )
+        }
         if args.model is None and self.default_model:
             options["model"] = self.default_model
         try:
@@ -561,10 +573,10 @@ class TeaMagics(Magics):
             agent = _agent_for(ws, args.agent, args.kind, options)
         except (TeaError, ValueError, TypeError) as exc:
             raise UsageError(str(exc)) from None
-        if args.background and args.api_base:
-            raise UsageError("--api-base applies to foreground runs; for --background use %config TeaMagics.api_base")
         if args.background:
-            handle = self._start(agent, task, args.model or self.default_model, args.quiet, args.grant, files)
+            handle = self._start(
+                agent, task, args.model or self.default_model, args.quiet, args.grant, files, args.api_base
+            )
             if args.out:
                 self.shell.user_ns[args.out] = handle
             return handle
@@ -613,14 +625,28 @@ class TeaMagics(Magics):
         return self._drive(agent.workspace, start, quiet=quiet)
 
     def _start(
-        self, agent: Any, task: str, model: str | None, quiet: bool, grants: list[str], files: list[str]
+        self,
+        agent: Any,
+        task: str,
+        model: str | None,
+        quiet: bool,
+        grants: list[str],
+        files: list[str],
+        api_base: str | None = None,
     ) -> Any:
         """Start a background run: its live view (with a Stop button that stops just this run) keeps
         updating after the cell has ended, and becomes the run's trajectory when it ends."""
         from tea_notebook.notebook.live import LiveView, stop_widget
 
         view = None if quiet or not self.live else LiveView(self.update_interval, background=True)
-        handle = agent.start(task, files or None, model=model, grants=list(grants), on_event=view)
+        handle = agent.start(
+            task,
+            files or None,
+            model=model,
+            grants=list(grants),
+            on_event=view,
+            model_options={"api_base": api_base} if api_base else None,
+        )
         if view is not None:
             stop = stop_widget(handle)
 

@@ -219,10 +219,13 @@ class Jobs:
         task: str,
         start: Callable[["Context"], Coroutine[Any, Any, "RunResult"]],
         on_event: Callable[[Event], None] | None = None,
+        model_options: dict[str, Any] | None = None,
     ) -> RunHandle:
         """Start ``start(ctx)`` (a coroutine making the run under a fresh context) on the background
-        loop and return its handle at once; ``on_event`` sees the events of the run tree."""
+        loop and return its handle at once; ``on_event`` sees the events of the run tree;
+        ``model_options`` (``api_base``, ``timeout``, ``retries``) apply to its model calls."""
         ctx = self.workspace.context()
+        ctx.model_options.update(model_options or {})
         tree = RunTree(ctx.id, on_event)
         handle = RunHandle(self.workspace, agent, task, ctx, tree)
         unsubscribe = self.workspace.events.subscribe(tree)
@@ -302,11 +305,17 @@ class Runnable:
         files: list[str] | None = None,
         *,
         on_event: Callable[[Event], None] | None = None,
+        model_options: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> RunHandle:
         """Start :meth:`run` in the background and return its :class:`RunHandle` at once (the kernel
-        stays free); ``handle.result()`` waits for the :class:`RunResult`."""
+        stays free); ``handle.result()`` waits for the :class:`RunResult`. ``model_options``
+        (``api_base``, ``timeout``, ``retries``) apply to this run's model calls."""
         kwargs.pop("context", None)  # a background run gets its own context (its own Stop)
         return self.workspace.jobs.start(
-            self.name, task, lambda ctx: self.run(task, files, context=ctx, **kwargs), on_event=on_event
+            self.name,
+            task,
+            lambda ctx: self.run(task, files, context=ctx, **kwargs),
+            on_event=on_event,
+            model_options=model_options,
         )

@@ -75,7 +75,7 @@ def _step_payload(step: "StepView") -> dict[str, Any]:
 
 def payload(traj: "Trajectory") -> dict[str, Any]:
     """The JSON document of the custom MIME type (nested sub-runs included)."""
-    from tea_notebook.models.client import display_name
+    from tea_notebook.models.client import display_name, tokens_estimated
 
     return {
         "version": 1,
@@ -84,6 +84,7 @@ def payload(traj: "Trajectory") -> dict[str, Any]:
         "model": display_name(traj.model),
         "status": traj.status,
         "answer": _field(traj.answer),
+        "tokens_estimated": tokens_estimated(traj.model),
         "prompt_tokens": traj.prompt_tokens,
         "completion_tokens": traj.completion_tokens,
         "cost": traj.cost,

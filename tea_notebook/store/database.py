@@ -752,8 +752,9 @@ class Database:
         keys = ("name", "created", "updated", "tasks", "correct", "errors")
         return [dict(zip(keys, r)) for r in rows]
 
-    def put_eval_result(self, evaluation: str, task_id: str, position: int, status: str, correct: bool | None,
-                        data: dict) -> None:
+    def put_eval_result(
+        self, evaluation: str, task_id: str, position: int, status: str, correct: bool | None, data: dict
+    ) -> None:
         """Store one task's result (replacing an earlier attempt at it, whose count goes up)."""
         with self.transaction() as cur:
             cur.execute(
@@ -761,8 +762,15 @@ class Database:
                 "VALUES (?,?,?,?,?,?,?) ON CONFLICT(evaluation, task_id) DO UPDATE SET position=excluded.position, "
                 "status=excluded.status, correct=excluded.correct, data=excluded.data, finished=excluded.finished, "
                 "attempts=attempts+1",
-                (evaluation, task_id, position, status, None if correct is None else int(correct),
-                 json.dumps(data, default=str), time.time()),
+                (
+                    evaluation,
+                    task_id,
+                    position,
+                    status,
+                    None if correct is None else int(correct),
+                    json.dumps(data, default=str),
+                    time.time(),
+                ),
             )
 
     def eval_results(self, evaluation: str) -> list[dict]:
@@ -776,8 +784,14 @@ class Database:
         out = []
         for task_id, position, status, correct, data, finished, attempts in rows:
             item = json.loads(data)
-            item.update(task_id=task_id, position=position, status=status,
-                        correct=None if correct is None else bool(correct), finished=finished, attempts=attempts)
+            item.update(
+                task_id=task_id,
+                position=position,
+                status=status,
+                correct=None if correct is None else bool(correct),
+                finished=finished,
+                attempts=attempts,
+            )
             out.append(item)
         return out
 

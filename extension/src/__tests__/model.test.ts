@@ -82,6 +82,9 @@ test('a valid payload parses; missing fields get defaults', () => {
   assert.deepEqual(minimal.steps[0].actions, []);
   assert.equal(minimal.status, 'unknown');
   assert.equal(minimal.live, false);
+  assert.equal(minimal.tokens_estimated, false);
+  assert.equal(parsed({ agent: 'a', steps: [], tokens_estimated: true }).tokens_estimated, true);
+  assert.equal(parsed({ agent: 'a', steps: [], tokens_estimated: 'yes' }).tokens_estimated, false);
 });
 
 test('a malformed payload is an error that says where, with the raw JSON', () => {
