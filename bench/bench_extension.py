@@ -35,16 +35,11 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from _common import machine, publish  # noqa: E402
 
+from tea_notebook.envs.browser import LAUNCH_ARGS  # noqa: E402
+
 EXT = ROOT / "extension"
 FIRST_RENDER_TARGET_MS = 300.0
 FRAME_TARGET_MS = 16.0
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-]
 
 PAGE = """<!doctype html><html><head><meta charset="utf-8"><link rel="stylesheet" href="/style/base.css">
 <style>body{margin:0;padding:8px;width:1100px}</style></head><body><div id="host"></div>
@@ -202,7 +197,7 @@ def measure(steps: int, runs: int) -> dict[str, Any]:
     executable = os.environ.get("TEA_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
     try:
         with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+            browser = pw.chromium.launch(executable_path=executable, args=LAUNCH_ARGS)
             page = browser.new_page(viewport={"width": 1200, "height": 900})
             page.goto(f"http://127.0.0.1:{server.server_address[1]}/")
             page.wait_for_function("() => window.benchReady === true")

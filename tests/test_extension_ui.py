@@ -15,18 +15,13 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import shutil
-import socket
-import subprocess
-import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
+from jupyter_process import JupyterProcess, launch_chromium
 
 pytestmark = pytest.mark.slow
 
@@ -34,19 +29,6 @@ ROOT = Path(__file__).resolve().parents[1]
 BUILT = ROOT / "tea_notebook" / "labextension"
 EXT_NAME = "tea-notebook-jupyterlab"
 MIME = "application/vnd.tea.trajectory+json"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _notebook(cells: list[Any]) -> dict[str, Any]:
@@ -66,78 +48,21 @@ def _notebook(cells: list[Any]) -> dict[str, Any]:
     }
 
 
-class Lab:
+class Lab(JupyterProcess):
     """A ``jupyter lab`` subprocess that sees only our kernel spec and our build of the extension."""
 
     def __init__(self, root: Path, home: Path):
-        self.root, self.port, self.token = root, _free_port(), secrets.token_hex(16)
-        self.url = f"http://127.0.0.1:{self.port}/"
-        data = home / "data"
-        (data / "kernels" / "tea-test").mkdir(parents=True)
-        argv = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
-        (data / "kernels" / "tea-test" / "kernel.json").write_text(
-            json.dumps({"argv": argv, "display_name": "tea", "language": "python"})
-        )
-        (data / "labextensions").mkdir()
-        (data / "labextensions" / EXT_NAME).symlink_to(BUILT)  # this build wins over an installed copy
+        (home / "data" / "labextensions").mkdir(parents=True)
+        (home / "data" / "labextensions" / EXT_NAME).symlink_to(BUILT)  # this build wins over an installed copy
         settings = home / "settings" / "@jupyterlab" / "apputils-extension"
         settings.mkdir(parents=True)
         (settings / "notification.jupyterlab-settings").write_text(json.dumps({"fetchNews": "false"}))
-        env = {k: v for k, v in os.environ.items() if k != "TEA_MODEL"}
-        env.update(
-            JUPYTER_PATH=str(data),
-            JUPYTER_DATA_DIR=str(home / "userdata"),
-            JUPYTER_CONFIG_DIR=str(home / "config"),
-            JUPYTER_RUNTIME_DIR=str(home / "runtime"),
-            JUPYTERLAB_SETTINGS_DIR=str(home / "settings"),
-            JUPYTERLAB_WORKSPACES_DIR=str(home / "workspaces"),
-            LITELLM_LOCAL_MODEL_COST_MAP="True",
-            MPLBACKEND="Agg",
-        )
-        cmd = [
-            sys.executable,
-            "-m",
-            "jupyterlab",
-            "--no-browser",
-            "--ServerApp.ip=127.0.0.1",
-            f"--ServerApp.port={self.port}",
-            "--ServerApp.port_retries=0",
-            f"--IdentityProvider.token={self.token}",
-            f"--ServerApp.root_dir={root}",
+        env = {"JUPYTERLAB_SETTINGS_DIR": str(home / "settings"), "JUPYTERLAB_WORKSPACES_DIR": str(home / "workspaces")}
+        args = (
             "--LabApp.expose_app_in_browser=True",  # window.jupyterapp: run commands as a person would
             "--LabApp.news_url=None",  # no announcements feed (offline)
-        ]
-        if hasattr(os, "geteuid") and os.geteuid() == 0:
-            cmd.append("--allow-root")
-        self.log_path = home / "lab.log"
-        self.log = open(self.log_path, "w")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(cmd, env=env, stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                self.api("GET", "api/status")
-                return
-            except (urllib.error.URLError, ConnectionError) as exc:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    self.stop()
-                    raise RuntimeError(f"jupyter lab did not start:\n{self.log_path.read_text()[-3000:]}") from exc
-                time.sleep(0.2)
-
-    def api(self, method: str, path: str) -> Any:
-        request = urllib.request.Request(self.url + path, method=method)
-        request.add_header("Authorization", f"token {self.token}")
-        with urllib.request.urlopen(request, timeout=10) as response:
-            text = response.read()
-        return json.loads(text) if text else None
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(5)
-        self.log.close()
+        )
+        super().__init__("jupyterlab", root, home, env=env, args=args)
 
 
 @pytest.fixture(scope="module")
@@ -156,16 +81,7 @@ def lab(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def browser():
-    sync_api = pytest.importorskip("playwright.sync_api")
-    executable = os.environ.get("TEA_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
-    if not executable:
-        pytest.skip("no Chromium to drive (set TEA_CHROMIUM)")
-    with sync_api.sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
-        try:
-            yield b
-        finally:
-            b.close()
+    yield from launch_chromium()
 
 
 @pytest.fixture(scope="module")

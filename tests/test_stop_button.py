@@ -11,22 +11,16 @@ clicked, and the run must end as ``interrupted`` within 2 s with the kernel stil
 from __future__ import annotations
 
 import json
-import os
 import re
-import secrets
-import shutil
-import socket
-import subprocess
 import sys
 import textwrap
 import time
 import types
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
+from jupyter_process import JupyterProcess, launch_chromium
 
 from tea_notebook.notebook import live
 from tea_notebook.notebook.live import LiveView, kernel_id, stop_button_html
@@ -34,13 +28,6 @@ from tea_notebook.runtime.events import Event
 
 MIME = "application/vnd.tea.trajectory+json"
 KERNEL_ID = "0b7e5f6a-1234-4abc-9def-0123456789ab"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-]
 
 
 def event(type_: str, run_id: str = "r1", step: int | None = None, **data: Any) -> Event:
@@ -208,75 +195,11 @@ def test_the_live_view_follows_only_its_cells_run_tree():
 
 
 # -- the real thing: a Jupyter server, a kernel, Chromium ----------------------------------------------
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
+class Server(JupyterProcess):
     """A ``jupyter server`` subprocess with token auth; ``api(...)`` calls its REST API."""
 
     def __init__(self, root: Path, home: Path):
-        self.root, self.runtime = root, home / "runtime"
-        self.port, self.token = _free_port(), secrets.token_hex(16)
-        self.url = f"http://127.0.0.1:{self.port}/"
-        kernels = home / "data" / "kernels" / "tea-test"
-        kernels.mkdir(parents=True)
-        argv = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
-        (kernels / "kernel.json").write_text(json.dumps({"argv": argv, "display_name": "tea", "language": "python"}))
-        env = {k: v for k, v in os.environ.items() if k != "TEA_MODEL"}
-        env.update(
-            JUPYTER_RUNTIME_DIR=str(self.runtime),
-            JUPYTER_PATH=str(home / "data"),  # our kernel spec: this interpreter
-            JUPYTER_CONFIG_DIR=str(home / "config"),  # no user configuration
-            LITELLM_LOCAL_MODEL_COST_MAP="True",
-            MPLBACKEND="Agg",
-        )
-        cmd = [
-            sys.executable,
-            "-m",
-            "jupyter_server",
-            "--ServerApp.ip=127.0.0.1",
-            f"--ServerApp.port={self.port}",
-            "--ServerApp.port_retries=0",
-            f"--IdentityProvider.token={self.token}",
-            f"--ServerApp.root_dir={root}",
-            "--ServerApp.open_browser=False",
-        ]
-        if hasattr(os, "geteuid") and os.geteuid() == 0:
-            cmd.append("--allow-root")
-        self.log = open(home / "server.log", "w")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(cmd, env=env, stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                self.api("GET", "api/status")
-                return
-            except (urllib.error.URLError, ConnectionError) as exc:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    self.stop()
-                    log = (home / "server.log").read_text()[-3000:]
-                    raise RuntimeError(f"jupyter server did not start:\n{log}") from exc
-                time.sleep(0.1)
-
-    def api(self, method: str, path: str, body: Any = None) -> Any:
-        data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(self.url + path, data=data, method=method)
-        request.add_header("Authorization", f"token {self.token}")
-        request.add_header("Content-Type", "application/json")
-        with urllib.request.urlopen(request, timeout=10) as response:
-            text = response.read()
-        return json.loads(text) if text else None
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(5)
-        self.log.close()
+        super().__init__("jupyter_server", root, home)
 
 
 @pytest.fixture(scope="module")
@@ -289,18 +212,9 @@ def server(tmp_path_factory):
     srv.stop()
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def chromium():
-    sync_api = pytest.importorskip("playwright.sync_api")
-    executable = os.environ.get("TEA_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
-    if not executable:
-        pytest.skip("no Chromium to drive (set TEA_CHROMIUM)")
-    with sync_api.sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
-        try:
-            yield browser
-        finally:
-            browser.close()
+    yield from launch_chromium()
 
 
 class KernelClient:

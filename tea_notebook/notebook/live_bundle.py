@@ -12,7 +12,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from tea_notebook.models.client import display_name, tokens_estimated
-from tea_notebook.runtime.render import CONVERSATION_TOOLS, MIME_TYPE, _field, _stage_payload, _step_payload
+from tea_notebook.runtime.render import (
+    CONVERSATION_TOOLS,
+    MIME_TYPE,
+    _field,
+    _stage_payload,
+    _step_payload,
+    message_items,
+)
 
 if TYPE_CHECKING:
     from tea_notebook.notebook.live import LiveView
@@ -77,19 +84,7 @@ def _messages(view: "LiveView", run: Any, children: list[str]) -> list[dict[str,
             target = next((m for m in mine if m.get("time", 0) >= when), None)
             if target is not None:
                 work.setdefault(target.get("seq"), []).append([i, *where[id(action)]])
-    out = []
-    for m in run.messages:
-        item = {
-            "seq": m.get("seq"),
-            "thread": m.get("thread"),
-            "sender": m.get("sender"),
-            "mentions": m.get("mentions", []),
-            "content": _field(m.get("content")),
-        }
-        if work.get(m.get("seq")):
-            item["work"] = work[m.get("seq")]
-        out.append(item)
-    return out
+    return message_items(run.messages, work)
 
 
 def _latency(view: "LiveView", run_id: str | None) -> dict[str, Any]:

@@ -109,9 +109,14 @@ def payload(traj: "Trajectory") -> dict[str, Any]:
 def _messages_payload(traj: "Trajectory") -> list[dict[str, Any]]:
     """A CORAL run's messages; each with ``work``, the tool calls its sender made since its previous
     message, as ``[child index, step number, action index]`` into ``children`` (not copied)."""
-    work = _message_work(traj) if traj.messages and traj.children else {}
+    return message_items(traj.messages, _message_work(traj) if traj.messages and traj.children else {})
+
+
+def message_items(messages: list[dict[str, Any]], work: dict[Any, list[list[int]]]) -> list[dict[str, Any]]:
+    """The payload's messages (the stored trajectory's and the live view's): ``work`` maps a message's
+    ``seq`` to the tool calls folded under it."""
     out = []
-    for m in traj.messages:
+    for m in messages:
         item = {
             "seq": m.get("seq"),
             "thread": m.get("thread"),
