@@ -21,6 +21,7 @@ import contextlib
 import json
 import os
 import re
+import select
 import signal
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -165,6 +166,7 @@ class MCPConnection(Environment):
         self.server_info: dict[str, Any] = {}
         self.protocol_version = ""
         self.pid: int | None = None
+        self._pidfd: int | None = None  # readable once the server process has exited (Linux)
         self.closed = False
         self._task: asyncio.Task | None = None
         self._leave: asyncio.Event | None = None
@@ -223,6 +225,8 @@ class MCPConnection(Environment):
             before = _children()
             streams = await stack.enter_async_context(stdio_client(params, errlog=errlog))
             self.pid = _find_child(before, [spec.command or "", *spec.args])
+            self._pidfd = _open_pidfd(self.pid)
+            stack.callback(self._close_pidfd)
             return streams[0], streams[1]
         import httpx2
         from mcp.client.streamable_http import streamable_http_client
@@ -343,7 +347,15 @@ class MCPConnection(Environment):
         """Whether the session is up (and, over stdio, the server process is still running)."""
         if self.session is None or self.closed:
             return False
+        if self._pidfd is not None:  # exited (a zombie not yet reaped included): the fd is readable
+            return not select.select([self._pidfd], [], [], 0)[0]
         return self.pid is None or _process_alive(self.pid)
+
+    def _close_pidfd(self) -> None:
+        fd, self._pidfd = self._pidfd, None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
     # -- calls -------------------------------------------------------------------------------------
     async def call_tool(self, tool: str, args: dict[str, Any]) -> Any:
@@ -473,6 +485,16 @@ def _find_child(before: set[int], argv: list[str]) -> int | None:
         if [c.decode(errors="replace") for c in cmdline] == argv:
             return pid
     return new[0] if len(new) == 1 else None
+
+
+def _open_pidfd(pid: int | None) -> int | None:
+    """A descriptor that becomes readable when ``pid`` exits (``os.pidfd_open``, Linux 5.3+), or None."""
+    if pid is None or not hasattr(os, "pidfd_open"):
+        return None
+    try:
+        return os.pidfd_open(pid)
+    except OSError:
+        return None
 
 
 def _process_alive(pid: int) -> bool:
