@@ -582,6 +582,7 @@ def test_background_runs_leave_the_kernel_free_and_finish_in_their_cells(lab, br
         assert time.monotonic() - started < 8, "the background cells waited for their runs"
         meanwhile = json.loads(lp.outputs_text(5))
         assert meanwhile[0]["text"].strip() == "meanwhile: running running 42"
+        shots(page, "background-runs")  # both still running, each with its Stop; the next cell has run
         # both views update in place, each in its own cell, and end as the stored trajectories
         for index, answer, steps in ((3, "first done", 21), (4, "second done", 13)):
             page.wait_for_function(
@@ -604,6 +605,6 @@ def test_background_runs_leave_the_kernel_free_and_finish_in_their_cells(lab, br
         lp.run(6)
         jobs = json.loads(lp.outputs_text(6))[0]["data"]["text/html"]
         assert "first" in jobs and "second" in jobs and jobs.count("success") == 2
-        shots(page, "background-runs")
+        shots(page, "background-runs-done")
     finally:
         context.close()

@@ -195,7 +195,8 @@ class RunHandle:
             else f"ended: {html.escape(r['status'])}"
         )
         error = f"<div style='color:#cf222e'>{html.escape(r['error'])}</div>" if r["error"] else ""
-        return f"<div><b>{html.escape(r['agent'])}</b> · run <code>{html.escape(r['run'])}</code> · {what}{error}</div>"
+        run = f"run <code>{html.escape(r['run'])}</code>" if self.run_id else "starting"
+        return f"<div><b>{html.escape(r['agent'])}</b> · {run} · {what}{error}</div>"
 
 
 def _call_quietly(callback: Callable[[RunHandle], None], handle: RunHandle) -> None:
