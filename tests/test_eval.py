@@ -255,6 +255,21 @@ def test_a_rerun_resumes_and_retries_errors_only_when_asked(ws, solver):
     assert ws.evaluations()[0]["tasks"] == 6 and ws.evaluations()[0]["correct"] == 5
 
 
+def test_resuming_a_name_with_another_model_or_scorer_is_refused(ws, solver):
+    agent, model = solver
+    tasks = _sum_tasks(3)
+    evaluate(ws, agent, tasks, name="setup", progress="off")
+    other = ScriptedModel(_sum_solver)
+    with pytest.raises(TeaError, match=r"evaluation 'setup' already has results with another setup \(model: "):
+        evaluate(ws, agent, tasks, name="setup", model=other.name, progress="off")
+    with pytest.raises(TeaError, match=r"scorer: "):
+        evaluate(ws, agent, tasks, name="setup", scorer="exact", progress="off")
+    assert len(ws.evaluation("setup")) == 3  # nothing of the refused runs was stored
+    # limits and a larger task set may change under the same name
+    more = evaluate(ws, agent, _sum_tasks(4), name="setup", concurrency=2, timeout=30, progress="off")
+    assert len(more) == 4 and more.skipped == 3
+
+
 def test_a_killed_evaluation_loses_at_most_the_tasks_in_flight(tmp_path, warm_litellm):
     ws_path = tmp_path / "ws"
     tasks_file = tmp_path / "tasks.jsonl"
@@ -310,7 +325,7 @@ def test_a_killed_evaluation_loses_at_most_the_tasks_in_flight(tmp_path, warm_li
             asked.append(f"{a}")
             return call("done", success=True, text=f"FINAL ANSWER: {a + b}")
 
-        model = ScriptedModel(resume_solver)
+        model = ScriptedModel(resume_solver, name="host")  # the same model as before the kill
         agent = ws.agent("solver", model=model.name, tools=["slow_lookup"])
         results = evaluate(ws, agent, tasks_file, name="killed", progress="off", concurrency=2)
         assert len(results) == n and results.correct == n and results.errors == 0

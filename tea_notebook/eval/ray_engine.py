@@ -18,6 +18,7 @@ import shutil
 import sys
 import sysconfig
 import tempfile
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -133,6 +134,13 @@ class RayExecutor:
             if address is None:
                 options["num_cpus"] = max(concurrency, 1)
             ray.init(address=address, **options)
+        elif address is not None and address not in ("auto", _connected_address(ray)):
+            # the same cluster can be named differently (ray:// client port, GCS port): say it, go on
+            warnings.warn(
+                f"address={address!r} is not used: Ray is already running in this process (connected to "
+                f"{_connected_address(ray) or 'a local cluster'!r}); call ray.shutdown() first to join another",
+                stacklevel=3,
+            )
         spec = export_spec(ws, agent, model)
         _ship_scripts_by_value(spec)
         self.spec_ref = ray.put(spec)
@@ -174,3 +182,11 @@ class RayExecutor:
 
 
 __all__ = ["RayExecutor", "remote_task"]
+
+
+def _connected_address(ray: Any) -> str:
+    """The address of the cluster this process's Ray is connected to ("" when unknown)."""
+    try:
+        return str(ray.get_runtime_context().gcs_address or "")
+    except Exception:  # noqa: BLE001 - older Ray: no way to tell
+        return ""

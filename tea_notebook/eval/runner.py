@@ -166,6 +166,7 @@ async def aevaluate(
         "fingerprint": fingerprint(task_list),
         "source": str(tasks) if not isinstance(tasks, list) else "(a list)",
     }
+    _check_same_setup(ws, eval_name, config)
     if engine == "ray":
         from tea_notebook.eval.ray_engine import RayExecutor
 
@@ -320,6 +321,26 @@ async def _score(task: Task, position: int, attempt: Attempt, score: Any, final_
     result.status, result.correct = "scored", verdict.correct
     result.judge_cost, result.scorer_note = verdict.cost, verdict.note
     return result
+
+
+#: what makes two evaluations' results comparable: resuming under a name must not change these
+SAME_SETUP = ("agent", "model", "scorer", "prompt", "final_answer")
+
+
+def _check_same_setup(ws: "Workspace", name: str, config: dict[str, Any]) -> None:
+    """Resuming ``name`` with another agent, model, scorer or prompt would mix two experiments in one
+    table: refuse, naming what differs (limits, concurrency and the task set may change)."""
+    stored = ws.db.evaluation(name)
+    if stored is None:
+        return
+    before = stored["config"]
+    changed = [k for k in SAME_SETUP if k in before and before.get(k) != config.get(k)]
+    if changed:
+        what = "; ".join(f"{k}: {before.get(k)!r} then, {config.get(k)!r} now" for k in changed)
+        raise TeaError(
+            f"evaluation {name!r} already has results with another setup ({what}): give this one another "
+            f"name=, or delete the old one with ws.db.delete_evaluation({name!r})"
+        )
 
 
 def evaluate(ws: "Workspace", agent: Any, tasks: Any, **options: Any) -> EvalResults:
