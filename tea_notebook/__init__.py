@@ -23,7 +23,10 @@ _EXPORTS = {
     "Context": "tea_notebook.protocol.context",
 }
 
-__all__ = ["__version__", "load_ipython_extension", "unload_ipython_extension", *_EXPORTS]
+# subpackages reached as attributes (``tn.eval.evaluate``), imported on first use
+_SUBPACKAGES = ("eval",)
+
+__all__ = ["__version__", "load_ipython_extension", "unload_ipython_extension", *_EXPORTS, *_SUBPACKAGES]
 
 
 def load_ipython_extension(ip):  # noqa: ANN001 - IPython's InteractiveShell
@@ -41,11 +44,13 @@ def unload_ipython_extension(ip):  # noqa: ANN001
 
 
 def __getattr__(name: str):
+    import importlib
+
+    if name in _SUBPACKAGES:
+        return importlib.import_module(f"tea_notebook.{name}")
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'tea_notebook' has no attribute {name!r}")
-    import importlib
-
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value

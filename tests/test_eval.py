@@ -705,3 +705,16 @@ def test_ray_runs_tasks_ships_back_trajectories_and_survives_a_dead_worker(ws, l
     assert "shout(text='hey') -> HEY!" in ws.trajectory(shouted["s"].run_id).text()
     again = evaluate(ws, agent, tasks, name="on-ray", engine="ray", concurrency=2, progress="off")
     assert again.skipped == 6 and [r.run_id for r in again] == [r.run_id for r in results]
+
+
+def test_tn_eval_is_reached_from_the_package_without_importing_heavy_modules():
+    code = (
+        "import sys, tea_notebook as tn\n"
+        "assert 'tea_notebook.eval' not in sys.modules\n"
+        "assert tn.eval.gaia_score('$1,000', '1000') and not tn.eval.gaia_score('999', '1000')\n"
+        "assert len(tn.eval.datasets.sample()) >= 20\n"
+        "print(sorted(m for m in ('litellm', 'faiss', 'ray', 'onnxruntime') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[]"
