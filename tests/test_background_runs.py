@@ -330,3 +330,47 @@ def test_background_with_quiet_has_no_view_and_the_handle_reads_as_text(bk):
     text = ex.result["data"]["text/plain"]
     assert text.startswith("RunHandle('q', ")
     assert json.loads(json.dumps(bk.json("qh.result(10).answer"))) == "quiet"
+
+
+def test_the_first_model_call_imports_litellm_off_the_loop(tmp_path):
+    """litellm's first import takes seconds; made on the shared loop it would freeze every other run and
+    live view (a second background run would not even start). In a fresh process: the loop keeps
+    ticking while the first run imports it."""
+    import subprocess
+    import sys
+
+    code = f"""
+import asyncio, sys, time
+import tea_notebook
+from tea_notebook._sync import submit
+assert "litellm" not in sys.modules
+ws = tea_notebook.Workspace({str(tmp_path / "ws")!r}, embedder="hashing")
+gaps = []
+async def heartbeat(stop):
+    last = time.perf_counter()
+    while not stop.is_set():
+        await asyncio.sleep(0.01)
+        now = time.perf_counter()
+        gaps.append(now - last)
+        last = now
+import threading
+stop = threading.Event()
+beat = submit(heartbeat(stop))
+started = time.perf_counter()
+result = ws.agent("a", tools=[], model="tea/test").start("Hello.").result(60)
+took = time.perf_counter() - started
+stop.set(); beat.result(5)
+assert "litellm" in sys.modules and result.status in ("success", "failed", "unverified"), result
+print(round(took, 2), round(max(gaps), 3))
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**__import__("os").environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    took, worst_gap = map(float, out.stdout.split())
+    assert took > 0.5  # the run did pay for the import ...
+    assert worst_gap < took / 3, (took, worst_gap)  # ... but the loop was not frozen for it

@@ -303,7 +303,8 @@ class ModelClient:
     ) -> ModelReply:
         """One chat completion; raises :class:`ModelError` with a readable message on failure.
         ``defaults``: ``timeout`` / ``retries`` / ``api_base`` used where this client sets none."""
-        litellm = _litellm()
+        # litellm's first import takes seconds: in a thread, so the loop (other runs, live views) goes on
+        litellm = _litellm() if "litellm" in sys.modules else await asyncio.to_thread(_litellm)
         settings = self.settings(model, defaults)
         call = {**self.params, **params}
         base = settings["api_base"]
