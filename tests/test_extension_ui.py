@@ -550,12 +550,12 @@ def _untrusted(lp: Page, shots: Any) -> None:
 
 BACKGROUND = [
     "from tea_notebook.models.offline import ScriptedModel, call\n"
-    "first = ScriptedModel([call('slow', i=i) for i in range(20)] + [call('done', success=True, text='first done')],"
+    "first = ScriptedModel([call('slow', i=i) for i in range(30)] + [call('done', success=True, text='first done')],"
     " name='bg-first')\n"
-    "second = ScriptedModel([call('slow', i=i) for i in range(12)] + [call('done', success=True, text='second done')],"
+    "second = ScriptedModel([call('slow', i=i) for i in range(20)] + [call('done', success=True, text='second done')],"
     " name='bg-second')",
-    "%%agent first --background --model tea/script:bg-first --tools slow --max-steps 50 --out job1\nTick twenty times.",
-    "%%agent second --background --model tea/script:bg-second --tools slow --max-steps 50 --out job2\nTick twelve times.",
+    "%%agent first --background --model tea/script:bg-first --tools slow --max-steps 50 --out job1\nTick thirty times.",
+    "%%agent second --background --model tea/script:bg-second --tools slow --max-steps 50 --out job2\nTick twenty times.",
     "print('meanwhile:', job1.status, job2.status, 6 * 7)",
     "%tea jobs",
 ]
@@ -584,21 +584,29 @@ def test_background_runs_leave_the_kernel_free_and_finish_in_their_cells(lab, br
         assert meanwhile[0]["text"].strip() == "meanwhile: running running 42"
         shots(page, "background-runs")  # both still running, each with its Stop; the next cell has run
         # both views update in place, each in its own cell, and end as the stored trajectories
-        for index, answer, steps in ((3, "first done", 21), (4, "second done", 13)):
+        for index, answer, steps in ((3, "first done", 31), (4, "second done", 21)):
             page.wait_for_function(
                 f"""() => {{ const n = window.jupyterapp.shell.currentWidget.content.widgets[{index}].node;
                            const s = [...n.querySelectorAll('[data-tea=status]')].map(x => x.textContent);
                            return s.includes('success'); }}""",
                 timeout=60000,
             )
-            outputs = json.loads(lp.outputs_text(index))
-            final = [
-                o for o in outputs if MIME in o.get("data", {}) and not o.get("metadata", {}).get(MIME, {}).get("live")
-            ]
+            # the live view's own last update says success too; the stored trajectory replaces it next
+            deadline = time.monotonic() + 30
+            while True:
+                outputs = json.loads(lp.outputs_text(index))
+                final = [
+                    o
+                    for o in outputs
+                    if MIME in o.get("data", {}) and not o.get("metadata", {}).get(MIME, {}).get("live")
+                ]
+                if final or time.monotonic() > deadline:
+                    break
+                time.sleep(0.1)
             assert len(final) == 1, [o.get("output_type") for o in outputs]
             assert final[0]["data"][MIME]["answer"] == answer and len(final[0]["data"][MIME]["steps"]) == steps
             view = lp.cell(index).locator(".tea-traj").first
-            assert view.locator(".tea-step").count() == steps
+            assert view.locator(".tea-count").inner_text().startswith(f"{steps} steps")  # the list is virtualised
             assert "tokens (estimated)" in view.locator("[data-tea=tokens]").inner_text()  # a scripted model
             assert lp.cell(index).locator("[data-tea=stop]").count() == 0
             assert lp.cell(index).locator("button.jupyter-button").count() == 0  # the Stop widget is gone
