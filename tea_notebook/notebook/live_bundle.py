@@ -19,6 +19,7 @@ from tea_notebook.runtime.render import (
     _stage_payload,
     _step_payload,
     message_items,
+    thread_items,
 )
 
 if TYPE_CHECKING:
@@ -54,16 +55,7 @@ def _run_payload(view: "LiveView", run_id: str) -> dict[str, Any]:
         "cost": run.cost,
         "steps": [_step_payload(s) for s in steps],
         "stages": [_stage_payload(st) for st in run.stages],
-        "threads": [
-            {
-                "id": t.get("id"),
-                "name": _field(t.get("name")),
-                "participants": t.get("participants", []),
-                "status": t.get("status", "open"),
-                "summary": _field(t.get("summary", "")),
-            }
-            for t in run.threads.values()
-        ],
+        "threads": thread_items(run.threads.values()),
         "messages": _messages(view, run, children),
         "children": [_run_payload(view, c) for c in children],
     }

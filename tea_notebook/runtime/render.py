@@ -90,16 +90,7 @@ def payload(traj: "Trajectory") -> dict[str, Any]:
         "cost": traj.cost,
         "steps": [_step_payload(s) for s in traj.steps],
         "stages": [_stage_payload(st) for st in traj.stages],
-        "threads": [
-            {
-                "id": t.get("id"),
-                "name": _field(t.get("name")),
-                "participants": t.get("participants", []),
-                "status": t.get("status", "open"),
-                "summary": _field(t.get("summary", "")),
-            }
-            for t in traj.threads
-        ],
+        "threads": thread_items(traj.threads),
         "messages": _messages_payload(traj),
         "children": [payload(c) for c in traj.children],
         **_folder_payload(traj.folder),
@@ -110,6 +101,20 @@ def _messages_payload(traj: "Trajectory") -> list[dict[str, Any]]:
     """A CORAL run's messages; each with ``work``, the tool calls its sender made since its previous
     message, as ``[child index, step number, action index]`` into ``children`` (not copied)."""
     return message_items(traj.messages, _message_work(traj) if traj.messages and traj.children else {})
+
+
+def thread_items(threads: Any) -> list[dict[str, Any]]:
+    """The payload's CORAL threads (the stored trajectory's and the live view's)."""
+    return [
+        {
+            "id": t.get("id"),
+            "name": _field(t.get("name")),
+            "participants": t.get("participants", []),
+            "status": t.get("status", "open"),
+            "summary": _field(t.get("summary", "")),
+        }
+        for t in threads
+    ]
 
 
 def message_items(messages: list[dict[str, Any]], work: dict[Any, list[list[int]]]) -> list[dict[str, Any]]:
