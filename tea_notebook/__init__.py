@@ -5,6 +5,8 @@ Nothing happens at import time: heavy dependencies (faiss, onnxruntime, litellm)
 
 from __future__ import annotations
 
+from tea_notebook._lazy import lazy_getattr
+
 __version__ = "0.1.0"
 
 _EXPORTS = {
@@ -43,14 +45,4 @@ def unload_ipython_extension(ip):  # noqa: ANN001
         cleanup[:] = [t for t in cleanup if not getattr(t, "tea_hint", False)]
 
 
-def __getattr__(name: str):
-    import importlib
-
-    if name in _SUBPACKAGES:
-        return importlib.import_module(f"tea_notebook.{name}")
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'tea_notebook' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr("tea_notebook", _EXPORTS, _SUBPACKAGES, globals())

@@ -11,6 +11,8 @@ Nothing is imported until used (``tea_notebook.eval.gaia_score`` loads only the 
 
 from __future__ import annotations
 
+from tea_notebook._lazy import lazy_getattr
+
 _EXPORTS = {
     "evaluate": "tea_notebook.eval.runner",
     "aevaluate": "tea_notebook.eval.runner",
@@ -49,14 +51,4 @@ _SUBMODULES = (
 __all__ = [*_EXPORTS, "datasets"]
 
 
-def __getattr__(name: str):
-    import importlib
-
-    if name in _SUBMODULES:
-        return importlib.import_module(f"tea_notebook.eval.{name}")
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'tea_notebook.eval' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr("tea_notebook.eval", _EXPORTS, _SUBMODULES, globals())
