@@ -29,6 +29,10 @@ def main() -> None:
     options = {"timeout": 10, "memory_mb": 1024, "processes": 32, "file_mb": 64, "isolation": "bubblewrap"}
     options.update(config.get("options", {}))
     sb = PythonSandbox(Path(config["folder"]), **options)
+    if "egress_allow" in config:  # the egress policy this host's workspace would have
+        from tea_notebook.egress import EgressPolicy
+
+        sb.egress = EgressPolicy(allow=config["egress_allow"])
     try:
         for step in config["steps"]:
             if "shell" in step:
@@ -51,6 +55,7 @@ def main() -> None:
         report["pids"] = [sb.pid, sb._main]
     finally:
         sb.kill()
+        sb._proxy is not None and sb._proxy.close()
     print(json.dumps(report), flush=True)
 
 

@@ -277,6 +277,16 @@ class TestSite:
         host, port = self._server.server_address[:2]
         return f"http://{host}:{port}"
 
+    @property
+    def hostport(self) -> str:
+        """``127.0.0.1:<port>``: what a workspace's egress policy must allow to reach this site."""
+        host, port = self._server.server_address[:2]
+        return f"{host}:{port}"
+
+    def allow(self, ws) -> None:
+        """Let ``ws``'s model-chosen network actions reach this local site (loopback is refused by default)."""
+        ws.egress.allow(self.hostport)
+
     def url(self, path: str = "/") -> str:
         """The absolute URL of ``path`` on this site."""
         return self.base + "/" + path.lstrip("/")

@@ -165,10 +165,16 @@ def site():
     server.server_close()
 
 
+def allow_site(workspace, site: str) -> None:
+    """The test site is on loopback: the egress policy lets it through only when named with its port."""
+    workspace.egress.allow(urlparse(site).netloc)
+
+
 @pytest.fixture(scope="module")
-def bws(tmp_path_factory):
+def bws(tmp_path_factory, site):
     """One workspace with one browser session shared by the tests of this module."""
     workspace = tea_notebook.Workspace(tmp_path_factory.mktemp("browser") / "ws", embedder="hashing")
+    allow_site(workspace, site)
     workspace.envs.add(Browser, timeout=TIMEOUT)
     yield workspace
     workspace.envs.release()
@@ -377,12 +383,21 @@ def test_screenshot_and_vision(bws, site):
 
 @needs_chromium
 def test_unreachable_host_names_the_url(bws):
-    url = f"http://127.0.0.1:{closed_port()}/"
-    start = time.monotonic()
-    result = act(bws, "goto", url=url)
-    assert time.monotonic() - start < TIMEOUT + 2
+    port = closed_port()
+    url = f"http://127.0.0.1:{port}/"
+    refused = act(bws, "goto", url=url)  # loopback, not allowed: the egress policy refuses it
+    assert not refused.ok and url in refused.error["message"]
+    assert "egress rule 'loopback'" in refused.error["message"]
+    assert f"ws.egress.allow('127.0.0.1:{port}')" in refused.error["message"]  # says how to allow it
+    bws.egress.allow(f"127.0.0.1:{port}")
+    try:
+        start = time.monotonic()
+        result = act(bws, "goto", url=url)
+        assert time.monotonic() - start < TIMEOUT + 2
+    finally:
+        bws.egress.remove(f"127.0.0.1:{port}")
     assert not result.ok and result.error["type"] == "EnvironmentFailure"
-    assert url in result.error["message"] and "refused" in result.error["message"]
+    assert url in result.error["message"] and "connection refused" in result.error["message"]
 
 
 @needs_chromium
@@ -436,6 +451,7 @@ def _gone(pid: int) -> bool:
 
 @needs_chromium
 def test_a_crashed_or_closed_browser_restarts_on_the_next_action(ws, site):
+    allow_site(ws, site)
     ws.envs.add(Browser, timeout=TIMEOUT)
     try:
         ok(ws, "goto", url=site + "/page2")
@@ -467,6 +483,7 @@ def test_a_crashed_or_closed_browser_restarts_on_the_next_action(ws, site):
 
 @needs_chromium
 def test_an_agent_browses_through_e2t_tools(ws, site):
+    allow_site(ws, site)
     offered: list[set[str]] = []
 
     def brain(messages, tools):

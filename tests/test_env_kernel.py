@@ -513,3 +513,138 @@ def test_real_kernel_namespace_and_a_granted_agent(real_kernel, tmp_path):
     assert k.value("[s.folder.name for s in _ws.envs.sessions()]") == ["interactive"]
     assert k.value("_ws.envs.invoke('kernel', 'write', {'name': 'x', 'value_json': 1}).ok") is False
     k.execute("_ws.close()")
+
+
+# -- listing without a grant runs none of the person's code ---------------------------------------
+def _booby_trapped(calls: list[str]) -> dict[str, Any]:
+    """Values whose every dynamic hook records that it ran (the listing must call none of them)."""
+
+    def hit(what: str) -> None:
+        calls.append(what)
+
+    class Shaped:
+        @property
+        def shape(self):
+            hit("shape")
+            return (2, 2)
+
+        @property
+        def dtype(self):
+            hit("dtype")
+            return "int8"
+
+        @property
+        def columns(self):
+            hit("columns")
+            return ["a"]
+
+    class Sized:
+        def __len__(self):
+            hit("__len__")
+            return 3
+
+        def __repr__(self):
+            hit("__repr__")
+            return "Sized()"
+
+    class Dynamic:
+        def __getattr__(self, name):
+            hit(f"__getattr__ {name}")
+            return (1,)
+
+        def __getattribute__(self, name):
+            hit(f"__getattribute__ {name}")
+            return object.__getattribute__(self, name)
+
+    class Disguised:
+        @property
+        def __class__(self):  # isinstance() asks this when the real type does not match
+            hit("__class__")
+            return types.ModuleType
+
+    class Meta(type):
+        def __getattribute__(cls, name):
+            hit(f"Meta.__getattribute__ {name}")
+            return type.__getattribute__(cls, name)
+
+        def __eq__(cls, other):
+            hit("Meta.__eq__")
+            return False
+
+        __hash__ = type.__hash__
+
+        def __instancecheck__(cls, obj):
+            hit("Meta.__instancecheck__")
+            return False
+
+        @property
+        def __name__(cls):
+            hit("Meta.__name__")
+            return "Spoofed"
+
+    class Odd(metaclass=Meta):
+        pass
+
+    class ListSub(list):
+        def __len__(self):
+            hit("ListSub.__len__")
+            return 99
+
+    class Weird:
+        __module__ = types.SimpleNamespace()  # not a string: str() of it would be code too
+
+    return {
+        "shaped": Shaped(),
+        "sized": Sized(),
+        "dynamic": Dynamic(),
+        "disguised": Disguised(),
+        "odd": Odd(),
+        "odd_class": Odd,
+        "items": ListSub([1, 2]),
+        "weird": Weird(),
+        "plain": [1, 2, 3],
+    }
+
+
+def test_listing_without_a_grant_runs_no_user_code():
+    calls: list[str] = []
+    ns = _booby_trapped(calls)
+    env = started(ns)  # no grant at all
+    listing = env.variables()
+    state = env.state()
+    assert calls == [], f"the listing ran user code: {calls}"
+    lines = listing.splitlines()
+    assert lines[0] == "8 variables:"
+    assert "shaped: Shaped" in lines  # no shape: it is a user property
+    assert "sized: Sized" in lines  # no len: a user __len__
+    assert "dynamic: Dynamic" in lines
+    assert "disguised: Disguised" in lines  # listed as what it is, not as the module it claims to be
+    assert "odd: Odd" in lines  # the real name, not the metaclass's "Spoofed"
+    assert "items: ListSub" in lines  # a list subclass: its __len__ is the user's
+    assert "weird: Weird" in lines
+    assert "plain: list, len 3" in lines
+    assert "functions and classes: odd_class" in lines
+    assert "odd_class" in state and calls == []
+
+
+def test_listing_without_a_grant_still_shows_numpy_shapes_and_builtin_sizes():
+    import numpy as np
+
+    class Sub(np.ndarray):
+        @property
+        def shape(self):  # a user subclass: its shape is user code
+            raise AssertionError("ran")
+
+    ns = {"grid": np.arange(6).reshape(2, 3), "sub": np.zeros(3).view(Sub), "conf": {"a": 1}, "word": "hey"}
+    lines = started(ns).variables().splitlines()
+    assert "grid: ndarray, shape (2, 3), dtype int64" in lines
+    assert "sub: Sub" in lines
+    assert "conf: dict, len 1" in lines and "word: str, len 3" in lines
+
+
+def test_a_grant_still_reads_duck_typed_shapes(ns):
+    calls: list[str] = []
+    trapped = _booby_trapped(calls)
+    env = started({"shaped": trapped["shaped"]}, reading())
+    assert "shaped: Shaped, shape (2, 2), columns ['a'], dtype int8" in env.variables()
+    assert "shape" in calls  # with kernel.read, reading a value may run its code: that is the grant

@@ -183,6 +183,15 @@ def test_store_imports_nothing_from_models_protocol_or_above():
     assert found == [], "store/ reaches up:\n" + "\n".join(found)
 
 
+def test_egress_imports_no_floor_at_all():
+    """The egress policy sits under every floor that makes network actions (envs, agents): it imports
+    nothing of the package but its errors and lazy exports."""
+    found = violations("egress", ABOVE_STORE | {"store"})
+    assert found == [], "egress/ reaches up:\n" + "\n".join(found)
+    modules = {m for m, _, _ in all_edges()}
+    assert any(floor_of(m) == "egress" for m in modules)
+
+
 def test_known_exceptions_are_still_real():
     edges = {(m, t) for m, t, _ in all_edges()}
     stale = sorted(KNOWN_EXCEPTIONS - edges)

@@ -138,8 +138,8 @@ def test_import_over_stdio_registers_a_toolkit_and_calls_through_the_live_sessio
     assert session.key == "interactive" and "9 tools, connected" in session.state
     pid = ws.tools.invoke("testsrv_pid").value
     assert alive(pid) and ws.tools.invoke("testsrv_pid").value == pid  # one warm session
-    # the secret went to the server but not into the workspace database
-    assert add.metadata["mcp"]["spec"]["env"] == {"GREETING": "hello", "TESTSRV_TOKEN": "${TESTSRV_TOKEN}"}
+    # the values went to the server but not into the workspace database: every env value is a reference
+    assert add.metadata["mcp"]["spec"]["env"] == {"GREETING": "${GREETING}", "TESTSRV_TOKEN": "${TESTSRV_TOKEN}"}
     ws.tools.flush()
     assert SECRET.encode() not in b"".join(p.read_bytes() for p in ws.path.glob("tea.db*"))
     ws.envs.release()
@@ -337,16 +337,23 @@ def _export_workspace(path: Path) -> None:
     ws.close()
 
 
-async def _client_session_calls(transport: str, target: list[str] | str) -> dict:
+async def _client_session_calls(transport: str, target: list[str] | str, token: str | None = None) -> dict:
+    from contextlib import AsyncExitStack
+
+    import httpx2
     from mcp import ClientSession, StdioServerParameters, stdio_client
     from mcp.client.streamable_http import streamable_http_client
 
+    stack = AsyncExitStack()
     if transport == "stdio":
         opened = stdio_client(StdioServerParameters(command=target[0], args=target[1:], env=dict(os.environ)))
     else:
-        opened = streamable_http_client(target)
+        client = await stack.enter_async_context(
+            httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"} if token else {}, timeout=60)
+        )
+        opened = streamable_http_client(target, http_client=client)
     out: dict = {}
-    async with opened as streams:
+    async with stack, opened as streams:
         async with ClientSession(streams[0], streams[1]) as session:
             init = await session.initialize()
             out["server"] = init.server_info.name
@@ -394,10 +401,11 @@ def test_tea_mcp_serve_over_streamable_http(tmp_path):
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
+        env={**os.environ, "TEA_MCP_TOKEN": SECRET},
     )
     try:
         wait_for_port(port, proc, limit=60)
-        out = asyncio.run(_client_session_calls("http", f"http://127.0.0.1:{port}/mcp"))
+        out = asyncio.run(_client_session_calls("http", f"http://127.0.0.1:{port}/mcp", SECRET))
     finally:
         stop(proc)
     _check_export(out)
@@ -452,43 +460,43 @@ def test_tea_mcp_magic_adds_lists_and_removes(ip, tmp_path):
     assert "m_add" not in ws.tools and ip.run_line_magic("tea", "mcp list") == []
 
 
-# -- the README's MCP section runs as written ------------------------------------------------------------------
-def test_readme_mcp_examples_run(tmp_path, monkeypatch, ip):
+# -- the MCP guide runs as written -------------------------------------------------------------------------------
+def test_the_mcp_guide_runs_as_written(tmp_path, monkeypatch):
+    """docs/guide/mcp.md: its examples in order in one fresh kernel, then its HTTP command serving while
+    the block that adds a listening server runs (with the token both read from $TEA_MCP_TOKEN)."""
     import re
 
-    monkeypatch.chdir(tmp_path)
-    readme = (HERE.parent / "README.md").read_text()
-    section = readme[readme.index("\n## MCP\n") : readme.index("\n## Layout")]
-    python, magics = re.findall(r"```python\n(.*?)```", section, re.S)
-    commands = re.findall(r"```bash\n(.*?)```", section, re.S)[0].strip().splitlines()
-    first = next(b for b in re.findall(r"```python\n(.*?)```", readme, re.S) if not b.startswith("%"))
-    script = tmp_path / "readme_first.py"  # as a script or a cell: the tool's source can be found, and served
-    script.write_text(first)
-    ns: dict = {"__name__": "__main__"}
-    exec(compile(first, str(script), "exec"), ns)  # noqa: S102 - our own README: ./.tea with convert_temperature
-    exec(python, ns)  # noqa: S102
-    other = ns["other"]
-    try:
-        assert other.tools.invoke("weather_convert_temperature", {"value": 30}).value == 86.0
-        assert ns["report"].toolkit.name == "weather"
-    finally:
-        other.close()
+    from docs_examples import python_blocks, run_page
+
+    page = HERE.parent / "docs" / "guide" / "mcp.md"
+    text = page.read_text()
+    commands = re.findall(r"```bash\n(.*?)```", text, re.S)[-1].strip().splitlines()
+    http = next(c for c in commands if "--transport http" in c).split("#")[0].split()
+    assert http[:3] == ["tea", "mcp", "serve"] and http[-2] == "--port"
+    (remote,) = [b.code for b in python_blocks(text) if b.skip and "--url" in b.code]
+    assert "${TEA_MCP_TOKEN}" in remote, "the guide must show the client sending the server's token"
+    _export_workspace(tmp_path / "srv" / ".tea")  # what the command serves (the page makes its own ./.tea)
     port = free_port()
-    http = commands[1].split("#")[0].split()
-    assert http[:3] == ["tea", "mcp", "serve"]
+    monkeypatch.setenv("TEA_MCP_TOKEN", SECRET)  # the HTTP server and the notebook's kernel share it
     proc = subprocess.Popen(
-        [*TEA, *http[1:-1], str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        [*TEA, *http[1:-1], str(port)],
+        cwd=tmp_path / "srv",
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         wait_for_port(port, proc, limit=60)
-        ip.run_line_magic("tea", f"workspace {tmp_path / 'nb'}")
-        for line in magics.strip().splitlines():
-            line = line.split("    #")[0].replace("python -m", f"{PY} -m").replace("8765", str(port))
-            out = ip.run_line_magic("tea", line.removeprefix("%tea "))
-        ws = ip.magics_manager.registry["TeaMagics"].workspace
-        assert [row["server"] for row in out] == ["remote", "weather"]
-        assert ws.tools.invoke("convert_temperature", {"value": 30}).value == 86.0
-        assert ws.tools.invoke("remote_convert_temperature", {"value": 100}).value == 212.0
+        checks = [
+            remote.replace("8765", str(port)),
+            "ws_nb = get_ipython().magics_manager.registry['TeaMagics'].workspace\n"
+            "assert ws_nb.tools.invoke('convert_temperature', {'value': 30}).value == 86.0\n"
+            "assert ws_nb.tools.invoke('remote_convert_temperature', {'value': 100}).value == 212.0\n"
+            "assert '${TEA_MCP_TOKEN}' in str(ws_nb.tools.get('remote_convert_temperature').metadata)\n"
+            "other.close(); print('checked')",
+        ]
+        nb = run_page(page, tmp_path / "page", checks=checks)
     finally:
-        stop(proc)
-    ns["ws"].close()
+        log = stop(proc) or (proc.stderr.read() if proc.stderr else "")
+    assert "".join(o.get("text", "") for o in nb.cells[-1].outputs).strip().endswith("checked")
+    assert SECRET not in log

@@ -75,8 +75,10 @@ def site():
 
 
 @pytest.fixture(autouse=True)
-def _fresh_site(site):
+def _fresh_site(site, request):
     site.clear()  # order numbers start again at FIRST_ORDER
+    if "ws" in request.fixturenames:  # the site is on loopback: the egress policy needs an explicit allow
+        site.allow(request.getfixturevalue("ws"))
 
 
 # -- reading prompts -------------------------------------------------------------------------------
@@ -433,7 +435,9 @@ def closed_port() -> int:
 @needs_chromium
 def test_unreachable_and_slow_pages_are_error_observations(ws, site):
     ws.envs.add(Browser, timeout=3)
-    dead = f"http://127.0.0.1:{closed_port()}/"
+    port = closed_port()
+    dead = f"http://127.0.0.1:{port}/"
+    ws.egress.allow(f"127.0.0.1:{port}")  # allowed, so that it fails as unreachable, not as refused
     script = Wanderer(dead)
     task = f"Open {site.url('/slow.html?s=30')} or, failing that, {site.url('/form.html')}."  # the script's URLs
     started = time.monotonic()
@@ -786,6 +790,7 @@ def test_after_a_restart_the_orchestra_is_rebuilt_from_its_cards(tmp_path, site,
 
     planner_script = ScriptedModel(delegate)
     with tea_notebook.Workspace(path, embedder="hashing") as first:
+        site.allow(first)  # kept in the workspace: the restarted one below has it too
         make_team(first, site, corpus_folder, planner_script.name, filler=filler)
 
     with tea_notebook.Workspace(path, embedder="hashing") as ws2:
@@ -844,6 +849,7 @@ def local_web(monkeypatch, site):
 
 
 def test_agent_magic_researcher_shortcut(ip, shell_ws, local_web, site):
+    site.allow(shell_ws)
     from IPython.core.error import UsageError
 
     researcher = Researcher()

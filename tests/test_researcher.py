@@ -18,10 +18,12 @@ os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
 
 import asyncio  # noqa: E402
 import html  # noqa: E402
+import http.server  # noqa: E402
 import json  # noqa: E402
 import re  # noqa: E402
 import shutil  # noqa: E402
 import socket  # noqa: E402
+import threading  # noqa: E402
 import time  # noqa: E402
 import urllib.parse  # noqa: E402
 import urllib.request  # noqa: E402
@@ -309,8 +311,9 @@ def _site():
 
 
 @pytest.fixture
-def site(_site):
+def site(_site, ws):
     _site.clear()
+    _site.allow(ws)  # the site is on loopback: the egress policy refuses it unless the workspace allows it
     return _site
 
 
@@ -522,14 +525,76 @@ def closed_port() -> int:
         return s.getsockname()[1]
 
 
+class _Internal(http.server.BaseHTTPRequestHandler):
+    """A local admin service a hostile page wants the reader to fetch (a Jupyter server, a database UI)."""
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        self.server.hits.append(self.path)
+        if self.path.startswith("/redirect"):
+            self.send_response(302)
+            self.send_header("Location", f"http://127.0.0.1:{self.server.server_port}/internal-admin?token=ADMIN-TOKEN")
+            self.end_headers()
+            return
+        body = b"<html><body><p>internal admin console, ADMIN-TOKEN, lots of text here</p></body></html>"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture
+def internal():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Internal)
+    server.hits = []
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def test_search_hits_on_internal_addresses_are_refused_by_the_egress_policy(ws, site, internal):
+    """A hostile engine (or page) points the reader at loopback, a redirect to loopback and the cloud
+    metadata address: each is refused with the rule that refused it, as an observation and a run event,
+    and nothing of the internal service reaches the model."""
+    port = internal.server_port
+    ws.egress.allow(f"localhost:{port}")  # the first hop of the redirect chain is allowed, its target is not
+    bad = {
+        f"http://127.0.0.1:{port}/internal-admin": "loopback",
+        f"http://localhost:{port}/redirect": "loopback",
+        "http://169.254.169.254/latest/meta-data/": "link-local",
+        "http://10.1.2.3/admin": "private",
+        "http://[::ffff:127.0.0.1]:%d/internal-admin" % port: "loopback",
+    }
+    oracle = Oracle()
+    result = researcher(ws, oracle, [ListEngine([*bad, site.url(AURORA), site.url(MIRA)])], page_timeout=3,
+                        pages_per_round=8).run_sync(TASK)  # fmt: skip
+    observed = reads(result)
+    for url, rule in bad.items():
+        assert observed[url].startswith("Error: ") and f"egress rule '{rule}'" in observed[url], observed[url]
+    refusals = [e.data for e in ws.events.events(result.run_id) if e.type == "egress_refused"]
+    assert sorted(r["rule"] for r in refusals) == sorted(bad.values()), refusals
+    assert any("/internal-admin?token=" in r["url"] and "redirected here" in r["reason"] for r in refusals), refusals
+    # the internal service saw only the allowed first hop; its secret never reached the model
+    assert internal.hits == ["/redirect"]
+    assert "internal admin console" not in json.dumps(oracle.prompts)
+    # the trajectory view shows each refusal with its rule
+    shown = " ".join(err for step in result.trajectory.steps for err in step.errors)
+    assert "egress rule 'link-local'" in shown and "egress rule 'private'" in shown
+    assert result.status == "success" and BIRTHPLACE in result.answer
+
+
 def test_bad_pages_are_error_observations(ws, site):
     bad = {
         site.url("/missing.html"): "HTTP 404",
-        f"http://127.0.0.1:{closed_port()}/nothing.html": "ConnectError",
+        site.url("/nothing-here.html").replace(site.hostport.split(":")[1], str(closed_port())): "egress rule 'loopback'",
         site.url("/slow.html?s=30"): "no complete answer within 1 s",
         site.url("/big.bin"): f"{sitekit.BIG_SIZE / 1e6:.0f} MB is over the reader's limit of 5 MB",
-        site.url("/redirect-to-file"): "redirected to a URL that is not http(s)",
-        "file:///etc/passwd": "only http and https pages are read, not 'file'",
+        site.url("/redirect-to-file"): "only http and https are reached, not the 'file' scheme (egress rule 'scheme')",
+        "file:///etc/passwd": "only http and https are reached, not the 'file' scheme (egress rule 'scheme')",
     }
     good = [site.url(AURORA), site.url(MIRA)]
     oracle = Oracle()

@@ -587,12 +587,13 @@ class Supervisor:
                 os._exit(0)
 
 
-def folder_usage(root, limit):
-    """Bytes and entries under ``root``, walked by folder descriptors (nesting past PATH_MAX is
-    counted) without following symlinks; the walk stops once it has seen more than ``limit`` entries.
-    The host uses it too (imported; this module has no side effects)."""
+def folder_usage(root, limit, dir_fd=None):
+    """Bytes and entries under ``root`` (relative to the folder descriptor ``dir_fd`` when given),
+    walked by folder descriptors (nesting past PATH_MAX is counted) without following symlinks; the
+    walk stops once it has seen more than ``limit`` entries. The host uses it too (imported; this
+    module has no side effects)."""
     total, entries = 0, 0
-    for _top, folders, files, fd in os.fwalk(root, follow_symlinks=False):
+    for _top, folders, files, fd in os.fwalk(root, follow_symlinks=False, dir_fd=dir_fd):
         for name in folders + files:
             entries += 1
             try:
@@ -649,7 +650,20 @@ def main():
     os.close(to_worker_r)
     os.close(from_worker_w)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if cfg.get("egress"):
+        _start_egress_bridge(cfg["egress"])
     Supervisor(cfg, pid, to_worker_w, from_worker_r).run()
+
+
+def _start_egress_bridge(egress):
+    """The sandbox's only way out: a loopback port (in its own network namespace) forwarded to the
+    host's egress proxy socket, served by the supervisor (tea_notebook/egress/bridge.py)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("tea_egress_bridge", egress["bridge"])
+    bridge = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bridge)
+    bridge.start_bridge(egress["socket"], int(egress["port"]))
 
 
 if __name__ == "__main__":

@@ -10,18 +10,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
 from tea_notebook._threads import ACTION_THREADS
-from tea_notebook.errors import TeaError
+from tea_notebook.errors import EnvironmentFailure
 from tea_notebook.protocol.records import ActionSpec, EnvironmentRecord
 from tea_notebook.protocol.schema import function_schema
 
 if TYPE_CHECKING:
+    from tea_notebook.egress.policy import EgressPolicy
     from tea_notebook.protocol.context import Context
 
 _ACTION = "__tea_action__"
-
-
-class EnvironmentFailure(TeaError):
-    """An environment action failed in a way the agent should read (a limit, a refused path)."""
 
 
 class ActionTimeout(EnvironmentFailure):
@@ -57,6 +54,12 @@ def action(
     return mark(fn) if fn is not None else mark
 
 
+def _default_policy() -> "EgressPolicy":
+    from tea_notebook.egress.policy import EgressPolicy
+
+    return EgressPolicy()
+
+
 class Environment:
     """One live session of an environment.
 
@@ -86,6 +89,9 @@ class Environment:
     def __init__(self, folder: Path, context: "Context | None" = None, **config: Any):
         self.folder = Path(folder)
         self.context = context
+        #: the egress policy of this session's network actions (the workspace's, set by ECP's session
+        #: manager); an environment made by hand gets the default policy
+        self.egress: "EgressPolicy" = _default_policy()
         if config:
             raise TypeError(f"{type(self).__name__} got unknown options: {', '.join(sorted(config))}")
 

@@ -7,7 +7,9 @@ besides a private size-limited ``/tmp`` and ``/dev/shm``, nothing else of the ho
 no workspace database, no other runs, no writable ``/proc/sys``); dies with its parent; cannot create
 further user namespaces; and, on x86-64, runs under a seccomp filter that refuses the obviously
 dangerous system calls (ptrace, mount, keyctl, bpf …).
-Network is off unless an environment opts in with ``network=True``; then it shares the host's network.
+Network is off unless an environment opts in with ``network=True``; even then the sandbox keeps its
+own empty network namespace: its only way out is the host's egress proxy (:mod:`tea_notebook.egress`),
+a Unix socket bound in, which checks every request against the workspace's egress policy.
 
 Where bubblewrap cannot run (not installed, user namespaces disabled, not Linux) the sandbox falls
 back to a child process with rlimits, a PID namespace when ``unshare`` works, and dropped privileges
@@ -28,6 +30,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 SANDBOX_UID = 65534  # nobody, inside the sandbox's user namespace
+# where a sandbox with network finds the host's egress proxy, and the loopback port (in its own
+# network namespace) that leads there: its clients take http://127.0.0.1:EGRESS_PORT as their proxy
+EGRESS_SOCKET = "/run/tea-egress.sock"
+EGRESS_PORT = 3128
 SYSTEM_FOLDERS = ("/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin")
 # what of /etc a Python process needs: the loader cache, time zone, alternatives links; names and
 # certificates only with network access
@@ -65,11 +71,29 @@ BLOCKED_X86_64 = {
     "io_uring_enter": 426, "io_uring_register": 427, "open_tree": 428, "move_mount": 429, "fsopen": 430,
     "fsconfig": 431, "fsmount": 432, "fspick": 433, "pidfd_getfd": 438, "mount_setattr": 442,
 }  # fmt: skip
-# x86-64 calls that change a file's mode, and the index of their mode argument: set-uid and set-gid
-# bits are refused. A sandbox started by root is host uid 0 behind its user namespace, so a program
-# it marked set-uid in the run folder would run as root for any local user who reached it.
-MODE_CHANGES_X86_64 = {"chmod": (90, 1), "fchmod": (91, 1), "fchmodat": (268, 2), "fchmodat2": (452, 2)}
+# x86-64 calls that set a file's mode: (number, index of the mode argument, index of the flags
+# argument when the mode counts only with some flags). Set-uid and set-gid bits are refused. A
+# sandbox started by root is host uid 0 behind its user namespace, so a program it left set-uid in
+# the run folder (the bind mount is nosuid inside, the host's file system is not) would run as root
+# for any local user who reached it. Changing a mode (chmod …) and creating a file with one (open
+# and openat with O_CREAT or O_TMPFILE, creat, mknod, mknodat) are both covered; without those flags
+# open ignores its mode argument, which callers may leave as garbage, so it is not looked at.
+# mkdir and mkdirat are not filtered: Linux keeps only the permission and sticky bits of their mode
+# (a folder is set-gid only by inheriting it from a set-gid parent, which no call here can make).
+# Device nodes need CAP_MKNOD in the first user namespace, which the sandbox never has (and the run
+# folder is mounted nodev inside): mknod of a device fails with EPERM without any filter.
+MODE_CHANGES_X86_64 = {
+    "chmod": (90, 1, None), "fchmod": (91, 1, None), "fchmodat": (268, 2, None), "fchmodat2": (452, 2, None),
+    "open": (2, 2, 1), "openat": (257, 3, 2), "creat": (85, 1, None), "mknod": (133, 1, None),
+    "mknodat": (259, 2, None),
+}  # fmt: skip
 SET_ID_BITS = 0o6000
+CREATING = 0o100 | 0o20000000  # O_CREAT | __O_TMPFILE (O_TMPFILE is __O_TMPFILE | O_DIRECTORY)
+# openat2 carries its mode inside a struct (struct open_how) that a classic-BPF filter cannot read, so
+# it is refused whole — with ENOSYS, not EPERM: "this kernel has no openat2" is what callers (glibc,
+# Go, systemd, runc) already handle by falling back to openat, which the filter can read; EPERM would
+# read as "this file may not be opened" and break them.
+UNREADABLE_MODE_X86_64 = {"openat2": 437}
 AUDIT_ARCH_X86_64 = 0xC000003E
 X32_SYSCALL_BIT = 0x40000000
 
@@ -94,7 +118,7 @@ class Boundary:
             parts = [
                 f"bubblewrap: uid {self.uid} in its own user/pid/ipc/uts/net namespaces, no capabilities",
                 "read-only system and interpreter folders, only the run folder writable",
-                "network shared with the host" if self.network else "no network",
+                "network only through the egress proxy" if self.network else "no network",
                 "seccomp filter on" if self.seccomp else "no seccomp filter (not x86-64)",
             ]
             return "; ".join(parts)
@@ -139,15 +163,15 @@ def fallback_reasons(*, root_inside: bool, isolated: bool, chosen: bool = False)
     )
 
 
-_warned = False
+_warned: set[type[Warning]] = set()  # the kinds of fallback already warned about in this process
 
 
-def fallback_warning(text: str) -> None:
-    """Warn once per process (the notebook shows it under the cell)."""
-    global _warned
-    if not _warned:
-        _warned = True
-        warnings.warn(text, SandboxWarning, stacklevel=3)
+def fallback_warning(text: str, category: type[Warning] = SandboxWarning, stacklevel: int = 3) -> None:
+    """Warn once per process and ``category`` (the notebook shows it under the cell): the code sandbox
+    and the browser each say once what their fallback does not enforce."""
+    if category not in _warned:
+        _warned.add(category)
+        warnings.warn(text, category, stacklevel=stacklevel)
 
 
 def _system_binds() -> list[str]:
@@ -199,10 +223,14 @@ def bwrap_command(
     readonly: list[str],
     network: bool,
     tmp_mb: int,
+    egress_socket: str | None = None,
+    folder_fd: int | None = None,
 ) -> tuple[list[str], list[int]]:
     """The ``bwrap`` argument list for a sandbox whose writable place is ``folder`` (the run folder)
     and whose working directory is ``workdir``; ``readonly`` are extra files bound read-only at
-    their own paths (the sandbox's server script). Returns the arguments and the file descriptors
+    their own paths (the sandbox's server script). With ``network`` the sandbox still has no network
+    of its own: ``egress_socket`` (the host's egress proxy, required then) is bound in at
+    :data:`EGRESS_SOCKET`, its only way out. Returns the arguments and the file descriptors
     the child must inherit (the seccomp program, /etc/passwd); the caller closes them after start."""
     fds: list[int] = []
 
@@ -218,8 +246,8 @@ def bwrap_command(
     args = [tool, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session"]
     args.append("--as-pid-1")
     args += ["--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--cap-drop", "ALL", "--hostname", "sandbox"]
-    if network:
-        args.append("--share-net")
+    if network and not egress_socket:
+        raise ValueError("a sandbox with network reaches it only through the egress proxy: give egress_socket")
     args += _system_binds()
     for path in ETC_ALWAYS + (ETC_NETWORK if network else ()):
         args += ["--ro-bind-try", path, path]
@@ -234,7 +262,12 @@ def bwrap_command(
         args += ["--ro-bind", path, path]
     for path in readonly:
         args += ["--ro-bind", path, path]
-    args += ["--bind", str(folder), str(folder), *ROOT_READ_ONLY, "--chdir", str(workdir)]
+    if network:
+        args += ["--bind", str(egress_socket), EGRESS_SOCKET]
+    # by descriptor when one is given: the folder the host checked, whatever its path leads to by now
+    # (bwrap checks that what it mounted is that folder); the caller passes the descriptor on
+    bind = ["--bind-fd", str(folder_fd)] if folder_fd is not None else ["--bind", str(folder)]
+    args += [*bind, str(folder), *ROOT_READ_ONLY, "--chdir", str(workdir)]
     program = seccomp_program()
     if program is not None:
         args += ["--seccomp", data(program)]
@@ -243,25 +276,32 @@ def bwrap_command(
 
 @functools.lru_cache(maxsize=1)
 def seccomp_program() -> bytes | None:
-    """A classic-BPF seccomp filter refusing :data:`BLOCKED_X86_64` and set-uid/set-gid mode changes
-    (:data:`MODE_CHANGES_X86_64`) with EPERM (x32 calls too, any other architecture is killed); None
-    on machines that are not x86-64."""
+    """A classic-BPF seccomp filter refusing :data:`BLOCKED_X86_64` and set-uid/set-gid modes
+    (:data:`MODE_CHANGES_X86_64`) with EPERM and :data:`UNREADABLE_MODE_X86_64` with ENOSYS (x32
+    calls get EPERM, any other architecture is killed); None on machines that are not x86-64."""
     if platform.machine() not in ("x86_64", "AMD64"):
         return None
     ld_abs, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
-    allow, kill, eperm = 0x7FFF0000, 0x80000000, 0x00050000 | 1
+    allow, kill, eperm, enosys = 0x7FFF0000, 0x80000000, 0x00050000 | 1, 0x00050000 | 38
 
     def op(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
         return struct.pack("HBBI", code, jt, jf, k)
+
+    def arg(index: int) -> bytes:  # the low half of an argument (seccomp_data.args, little-endian)
+        return op(ld_abs, 16 + 8 * index)
 
     prog = [op(ld_abs, 4), op(jeq, AUDIT_ARCH_X86_64, 1, 0), op(ret, kill), op(ld_abs, 0)]
     prog += [op(jge, X32_SYSCALL_BIT, 0, 1), op(ret, eperm)]
     for number in sorted(BLOCKED_X86_64.values()):
         prog += [op(jeq, number, 0, 1), op(ret, eperm)]
-    for number, index in sorted(MODE_CHANGES_X86_64.values()):
-        # not this call: on to the next block; else load the mode (low half of the argument) and refuse
-        # it with set-id bits (the accumulator now holds the mode, so the call's fate is decided here)
-        prog += [op(jeq, number, 0, 4), op(ld_abs, 16 + 8 * index), op(jset, SET_ID_BITS, 0, 1)]
-        prog += [op(ret, eperm), op(ret, allow)]
+    for number in sorted(UNREADABLE_MODE_X86_64.values()):
+        prog += [op(jeq, number, 0, 1), op(ret, enosys)]
+    for number, index, flags in sorted(MODE_CHANGES_X86_64.values()):
+        # not this call: on to the next block (the accumulator still holds the call's number); else
+        # decide its fate here: allowed unless it creates (when that depends on flags) with set-id bits
+        check = [arg(index), op(jset, SET_ID_BITS, 0, 1), op(ret, eperm), op(ret, allow)]
+        if flags is not None:
+            check = [arg(flags), op(jset, CREATING, 0, 3), *check]
+        prog += [op(jeq, number, 0, len(check)), *check]
     prog.append(op(ret, allow))
     return b"".join(prog)

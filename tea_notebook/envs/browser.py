@@ -6,17 +6,25 @@ cannot download browsers everywhere). Every action returns a short text observat
 (tabs, the current page, its interactive elements with selectors) and a viewport screenshot are
 refreshed after each action that can change the page, so :meth:`Browser.state` and
 :meth:`Browser.vision` are cheap and synchronous.
+
+The browser runs behind the boundary (:mod:`tea_notebook.envs.browser_sandbox`): inside bubblewrap as
+an unprivileged user with no view of the host's files, its only network the egress proxy that checks
+every request against the workspace's policy (:attr:`Environment.egress`). The model's own URLs are
+checked before navigating (http and https only); refusals become observations and run events
+(``egress_refused``). Files the browser hands over (downloads, PDFs, screenshots) are written into the
+run folder beneath a directory descriptor, never through a link found there.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import glob
 import os
 import re
 import shutil
 import signal
-import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, ClassVar, Literal
@@ -24,10 +32,13 @@ from urllib.parse import unquote, urlparse
 
 from tea_notebook.envs import browser_scripts as scripts
 from tea_notebook.envs.base import Environment, EnvironmentFailure, action
+from tea_notebook.envs.safe_open import Beneath, folder_beneath, read_beneath
 
 if TYPE_CHECKING:
     from playwright.async_api import BrowserContext, Download, Locator, Page, Playwright
 
+    from tea_notebook.egress.policy import Decision
+    from tea_notebook.envs.browser_sandbox import BrowserBox
     from tea_notebook.protocol.context import Context
 
 LAUNCH_ARGS = [
@@ -66,7 +77,14 @@ _NET_ERRORS = {
     "ERR_INVALID_URL": "the URL is not valid",
     "ERR_UNKNOWN_URL_SCHEME": "the URL scheme is not supported",
     "ERR_BLOCKED_BY_CLIENT": "the request was blocked",
+    "ERR_TUNNEL_CONNECTION_FAILED": "the egress proxy refused or could not reach it",
+    "ERR_PROXY_CONNECTION_FAILED": "the egress proxy is not running",
+    "ERR_UNSAFE_PORT": "Chromium refuses that port",
 }
+MAX_REFUSALS_SHOWN = 5  # refused page requests listed in one observation (the rest are counted)
+REFUSAL_MATCH_SECONDS = 10.0  # a refusal no page request claims within this is Chromium's own: dropped
+MAX_PDF_BYTES = 50 * 1024 * 1024  # a PDF fetched from a tab, or read for its text
+_COPY_CHUNK = 1024 * 1024
 
 
 # Counts popups (target=_blank links, window.open) so that a click knows to wait for the new tab.
@@ -156,14 +174,16 @@ def _safe_name(name: str, default: str = "download") -> str:
     return name[:120]
 
 
-def _pdf_text(path: Path, limit: int = 3000) -> str | None:
-    """The text of a PDF when pypdf is installed (an optional extra), else None."""
+def _pdf_text(data: bytes, limit: int = 3000) -> str | None:
+    """The text of a PDF (its bytes) when pypdf is installed (an optional extra), else None."""
     try:
         from pypdf import PdfReader  # type: ignore[import-not-found]
     except ImportError:
         return None
     try:
-        reader = PdfReader(str(path))
+        import io
+
+        reader = PdfReader(io.BytesIO(data))
         parts, size = [], 0
         for page in reader.pages:
             text = page.extract_text() or ""
@@ -202,11 +222,71 @@ def _ppid(pid: int) -> int | None:
         return None
 
 
+# -- host-side files in the run folder --------------------------------------------------------------
+# The run folder is writable by sandboxed code of the same run: anything in it may be a link planted
+# there. Files are created with O_CREAT|O_EXCL|O_NOFOLLOW relative to a folder opened beneath the run
+# folder (never through a link to outside it), and read the same way.
+def _new_file(folder: Path, sub: str, name: str) -> tuple[int, Path]:
+    """Create a new file ``sub/name`` in ``folder`` (``name-1``, ``name-2`` … when taken); returns its
+    descriptor (the caller writes and closes it) and its path."""
+    with folder_beneath(folder, sub) as where:
+        stem, dot, ext = name.rpartition(".")
+        base, suffix = (stem, dot + ext) if dot and stem else (name, "")
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+        for n in range(1000):
+            candidate = f"{base}{suffix}" if n == 0 else f"{base}-{n}{suffix}"
+            try:
+                fd = os.open(candidate, flags, 0o644, dir_fd=where.fd)
+            except FileExistsError:  # a file, a folder or a link already has the name: never reused
+                continue
+            return fd, (folder / where.rel / candidate if where.rel != "." else folder / candidate)
+    raise EnvironmentFailure(f"no free name for {name!r} in {sub!r}; nothing was saved")
+
+
+def _write_new(folder: Path, sub: str, name: str, data: bytes) -> Path:
+    """Save ``data`` as a new file ``sub/name`` of the run folder ``folder`` (a free name is chosen;
+    nothing there is followed or overwritten); returns its path."""
+    fd, path = _new_file(folder, sub, name)
+    try:
+        with os.fdopen(fd, "wb", closefd=False) as fh:
+            fh.write(data)
+    finally:
+        os.close(fd)
+    return path
+
+
+def _copy_download(source: Path, folder: Path, name: str) -> tuple[Path, int, bytes]:
+    """Copy a finished download (a file in the browser's private downloads folder, where a
+    compromised browser could have put a link instead) into ``folder/downloads``. Returns the new
+    path, its size and its first bytes (all of them for a PDF, up to :data:`MAX_PDF_BYTES`)."""
+    src = Beneath(source.parent)
+    try:
+        opened = src.open(source.name, "read")
+    finally:
+        src.close()
+    with opened:
+        fd, path = _new_file(folder, "downloads", name)
+        size, head = 0, b""
+        try:
+            with os.fdopen(opened.fd, "rb", closefd=False) as fin, os.fdopen(fd, "wb", closefd=False) as fout:
+                while chunk := fin.read(_COPY_CHUNK):
+                    if len(head) < MAX_PDF_BYTES and (not head or head.startswith(b"%PDF-")):
+                        head += chunk[: MAX_PDF_BYTES - len(head)]
+                    fout.write(chunk)
+                    size += len(chunk)
+        finally:
+            os.close(fd)
+    return path, size, head
+
+
 class Browser(Environment):
     """A headless Chromium browser: open pages, click, type, scroll, read pages as markdown, use tabs.
 
     ``ws.envs.add(Browser, timeout=10)``; every run gets its own browser with a fresh profile.
-    Options: ``timeout`` (seconds per action), ``headless``, ``executable`` (a Chromium binary).
+    Options: ``timeout`` (seconds per action), ``headless``, ``executable`` (a Chromium binary),
+    ``isolation`` (``"auto"``: inside bubblewrap when it can run, else on the host with a warning;
+    ``"bubblewrap"``: refuse to start without it; ``"process"``: on the host, chosen). Where it may
+    go is the workspace's egress policy (``ws.egress``).
     """
 
     name: ClassVar[str] = "browser"
@@ -219,9 +299,16 @@ class Browser(Environment):
         "The state lists the tabs and the page's interactive elements as [index] selector: click and input "
         "take an index, a selector or an element's visible text. Links that open a new tab make it the current "
         "tab (switch_tab, close_tab). PDFs are saved into the run's downloads folder. Each action has a time "
-        "limit; an error observation says what went wrong, so try another way instead of repeating it."
+        "limit; an error observation says what went wrong, so try another way instead of repeating it. Only "
+        "http and https addresses open, and the workspace's egress policy may refuse one (local addresses, "
+        "for instance): the observation names the rule; a refused address stays refused."
     )
-    constraints: ClassVar[list[str]] = ["headless Chromium", "no file uploads", "one browser per run"]
+    constraints: ClassVar[list[str]] = [
+        "headless Chromium",
+        "no file uploads",
+        "one browser per run",
+        "http and https only, through the workspace's egress policy",
+    ]
     action_timeout = 10.0
 
     def __init__(
@@ -232,16 +319,26 @@ class Browser(Environment):
         timeout: float = 10.0,
         headless: bool = True,
         executable: str | None = None,
+        isolation: str = "auto",
     ):
         super().__init__(folder, context)
         if timeout <= 0:
             raise ValueError("timeout must be positive")
+        if isolation not in ("auto", "bubblewrap", "process"):
+            raise ValueError(f"isolation must be 'auto', 'bubblewrap' or 'process', not {isolation!r}")
+        self.isolation = isolation
+        self._box: BrowserBox | None = None
+        # refusals by the egress proxy (its thread appends), reported with the next observation
+        self._refusals: list[tuple[float, Decision]] = []
+        self._refusals_lock = threading.Lock()
+        # (host, port) of the pages' requests that met a refusal (Playwright's events, on the loop):
+        # only those are reported — Chromium's own background requests are refused silently
+        self._page_refused: set[tuple[str, int]] = set()
         self.action_timeout = float(timeout)
         self.headless = headless
         self.executable = executable
         self._playwright: Playwright | None = None
         self._context: BrowserContext | None = None
-        self._profile: str | None = None
         self._browser_pid: int | None = None
         self._driver_pid: int | None = None
         self._executable_used: str | None = None
@@ -296,26 +393,34 @@ class Browser(Environment):
             raise
 
     async def _launch(self, playwright: "Playwright") -> None:
-        """Launch the browser (the first candidate that starts) and set up its context."""
+        """Launch the browser (the first candidate that starts) behind its boundary and set up its context."""
+        from tea_notebook.envs.browser_sandbox import confine
+
         errors = []
         for exe in self._executables(playwright):
-            self._profile = tempfile.mkdtemp(prefix="tea-browser-")
+            chromium = exe or playwright.chromium.executable_path
+            try:
+                box = confine(chromium, self.egress, self._on_refusal, isolation=self.isolation)
+            except RuntimeError as exc:  # isolation="bubblewrap" where it cannot run
+                raise EnvironmentFailure(f"the browser was not started: {exc}") from None
             try:
                 self._context = await playwright.chromium.launch_persistent_context(
-                    self._profile,
-                    executable_path=exe,
+                    str(box.profile),
+                    executable_path=box.executable,
                     headless=self.headless,
-                    args=LAUNCH_ARGS,
+                    args=[*LAUNCH_ARGS, *box.args],
+                    env=box.env,
+                    downloads_path=str(box.downloads),
                     viewport=VIEWPORT,
                     accept_downloads=True,
                     timeout=30_000,
                 )
-                self._executable_used = exe or playwright.chromium.executable_path
+                self._box = box
+                self._executable_used = chromium
                 break
             except Exception as exc:  # noqa: BLE001 - try the next browser, report all at the end
-                errors.append(f"{exe or 'Playwright Chromium'}: {_short(exc)}")
-                shutil.rmtree(self._profile, ignore_errors=True)
-                self._profile = None
+                errors.append(f"{chromium}: {_short(exc)}")
+                box.close()
         if self._context is None:
             raise EnvironmentFailure("could not launch Chromium (" + "; ".join(errors) + f"); {INSTALL_HINT}")
         ctx = self._context
@@ -325,11 +430,14 @@ class Browser(Environment):
         self._dead = self._closing = False
         ctx.on("close", self._on_context_close)
         ctx.on("page", self._register)
+        ctx.on("response", self._on_response)
+        ctx.on("requestfailed", self._on_request_failed)
         for page in ctx.pages:
             self._register(page)
         if not self._tabs:
             await ctx.new_page()
         self._find_pids()
+        self._take_refusals()  # Chromium's own start-up requests (component updates …), not the model's
         self._state_text = f"Tabs (1):\n* [{self._current}] about:blank (current)\nNo page is open yet: use goto."
 
     def _executables(self, playwright: "Playwright") -> list[str | None]:
@@ -352,10 +460,101 @@ class Browser(Environment):
             raise EnvironmentFailure(f"no Chromium found for the browser environment; {INSTALL_HINT}")
         return out
 
+    @property
+    def _profile(self) -> str | None:
+        return str(self._box.profile) if self._box is not None else None
+
     def _find_pids(self) -> None:
-        main = [p for p in _pids_with(f"--user-data-dir={self._profile}") if b"--type=" not in _proc_cmdline(str(p))]
+        """The browser's main process (not bwrap nor the bridge, whose command lines carry its
+        arguments too), and Playwright's driver: the first ancestor outside the boundary's chain."""
+        main = []
+        for pid in _pids_with(f"--user-data-dir={self._profile}"):
+            argv = _proc_cmdline(str(pid)).split(b"\0")
+            if b"--type=" not in b" ".join(argv) and b"chrom" in os.path.basename(argv[0]).lower():
+                main.append(pid)
         self._browser_pid = main[0] if main else None
-        self._driver_pid = _ppid(self._browser_pid) if self._browser_pid else None
+        driver = _ppid(self._browser_pid) if self._browser_pid else None
+        while driver and self._profile and self._profile.encode() in _proc_cmdline(str(driver)):
+            driver = _ppid(driver)  # the bridge, bwrap's init, bwrap
+        self._driver_pid = driver
+
+    @property
+    def boundary(self) -> str | None:
+        """What confines the running browser, in one line (None when it is not running)."""
+        return self._box.describe() if self._box is not None and self._context is not None else None
+
+    # -- the egress policy ---------------------------------------------------------------------
+    def _on_refusal(self, decision: "Decision") -> None:
+        """Called by the proxy's thread for each request it refused."""
+        with self._refusals_lock:
+            self._refusals.append((time.monotonic(), decision))
+
+    def _take_refusals(self) -> list[tuple[float, "Decision"]]:
+        with self._refusals_lock:
+            taken, self._refusals = self._refusals, []
+        return taken
+
+    def _mark_refused(self, url: str) -> None:
+        try:
+            parts = urlparse(url)
+            port = parts.port or {"http": 80, "https": 443}.get(parts.scheme, 0)
+        except ValueError:
+            return
+        if parts.hostname:
+            self._page_refused.add((parts.hostname.lower().rstrip("."), port))
+
+    def _on_response(self, response: Any) -> None:
+        """A page's request answered by the proxy's refusal (plain http: a 403 with the rule)."""
+        if response.headers.get("x-tea-egress-rule"):
+            self._mark_refused(response.url)
+
+    def _on_request_failed(self, request: Any) -> None:
+        """A page's request that failed: a tunnel the proxy refused (https, websockets), or a refused
+        answer the page may not read (a cross-origin fetch): it claims a refusal of its host, if any."""
+        self._mark_refused(request.url)
+
+    def _notice(self, decision: "Decision") -> None:
+        """A refusal as an event of the run (``egress_refused``)."""
+        notice = getattr(self.context, "notice", None)
+        if notice is not None:
+            notice("egress_refused", decision.as_event())
+
+    def _refusal_notes(self) -> list[str]:
+        """The page's requests the proxy refused since the last observation: one event each (the same
+        destination and rule once), a few lines for the model."""
+        seen: dict[tuple[str, int, str], "Decision"] = {}
+        pending = []
+        now = time.monotonic()
+        for when, decision in self._take_refusals():
+            if (decision.host, decision.port) in self._page_refused:
+                seen.setdefault((decision.host, decision.port, decision.rule), decision)
+            elif now - when < REFUSAL_MATCH_SECONDS:  # the page's event may still be on its way
+                pending.append((when, decision))
+        with self._refusals_lock:
+            self._refusals[:0] = pending
+        self._page_refused.clear()
+        if not seen:
+            return []
+        for decision in seen.values():
+            self._notice(decision)
+        shown = list(seen.values())[:MAX_REFUSALS_SHOWN]
+        lines = [f"The egress policy refused {len(seen)} request(s) the page made:"]
+        lines += [f"  - {d.reason}" for d in shown]
+        if len(seen) > len(shown):
+            lines.append(f"  … and {len(seen) - len(shown)} more")
+        return ["\n".join(lines)]
+
+    async def _check(self, url: str) -> str:
+        """The URL the model gave, normalised and checked by the egress policy; a refusal is an
+        EnvironmentFailure naming the rule (and an event of the run)."""
+        url = _normalize_url(url)
+        if url == "about:blank":
+            return url
+        decision = await self.egress.acheck_url(url)
+        if not decision.allowed:
+            self._notice(decision)
+            raise EnvironmentFailure(f"Not opened, the egress policy refused it: {decision.reason}")
+        return url
 
     @property
     def browser_pid(self) -> int | None:
@@ -370,7 +569,7 @@ class Browser(Environment):
         self._state_text = "browser: stopped (a fresh browser starts at the next action)"
 
     async def _close_browser(self) -> None:
-        ctx, profile = self._context, self._profile
+        ctx, profile, box = self._context, self._profile, self._box
         self._closing = True
         self._context = None
         for task in list(self._downloads):
@@ -381,9 +580,10 @@ class Browser(Environment):
                 await asyncio.wait_for(ctx.close(), 5)
             except Exception:  # noqa: BLE001 - the browser may be gone already; kill what is left
                 self._kill_processes(profile)
-        if profile:
-            shutil.rmtree(profile, ignore_errors=True)
-        self._profile = None
+        if box is not None:  # the proxy (its thread is joined), the profile, the downloads not yet copied
+            await asyncio.to_thread(box.close)
+        self._box = None
+        self._take_refusals()
         self._browser_pid = None
         self._tabs.clear()
         self._pdf_tabs.clear()
@@ -408,8 +608,9 @@ class Browser(Environment):
         exits by itself anyway when its pipe to this process closes."""
         self._closing = True
         self._kill_processes(self._profile)
-        if self._profile:
-            shutil.rmtree(self._profile, ignore_errors=True)
+        box, self._box = self._box, None
+        if box is not None:
+            box.close()
         pw, loop = self._playwright, self._loop
         if pw is None or loop is None or not loop.is_running() or loop.is_closed():
             return
@@ -497,31 +698,26 @@ class Browser(Environment):
     def _on_download(self, download: "Download") -> None:
         self._downloads.append(asyncio.ensure_future(self._save_download(download)))
 
-    def _target(self, name: str) -> Path:
-        folder = self.folder / "downloads"
-        folder.mkdir(parents=True, exist_ok=True)
-        stem, dot, ext = _safe_name(name).rpartition(".")
-        base, suffix = (stem, dot + ext) if dot and stem else (_safe_name(name), "")
-        path, n = folder / f"{base}{suffix}", 1
-        while path.exists():
-            path, n = folder / f"{base}-{n}{suffix}", n + 1
-        return path
-
     async def _save_download(self, download: "Download") -> str:
-        path = self._target(download.suggested_filename or "download")
+        """A finished download: copied from the browser's private folder into the run's ``downloads``
+        (Playwright's ``save_as`` would copy by path, following whatever link it finds)."""
+        name = _safe_name(download.suggested_filename or "download")
         try:
-            await download.save_as(path)
+            source = await download.path()
+            path, size, head = await asyncio.to_thread(_copy_download, Path(source), self.folder, name)
         except Exception as exc:  # noqa: BLE001 - reported as a note
             return f"A download of {download.url} failed: {_short(exc)}"
+        finally:
+            try:
+                await download.delete()
+            except Exception:  # noqa: BLE001 - the session's folder goes at the end anyway
+                pass
         self._saved[download.url] = path
-        return self._describe_file(path, download.url)
+        return self._describe_file(path, size, head, download.url)
 
-    def _describe_file(self, path: Path, url: str) -> str:
-        size = path.stat().st_size
-        with path.open("rb") as fh:
-            head = fh.read(5)
-        if head == b"%PDF-" or path.suffix.lower() == ".pdf":
-            text = _pdf_text(path)
+    def _describe_file(self, path: Path, size: int, data: bytes, url: str) -> str:
+        if data.startswith(b"%PDF-") or path.suffix.lower() == ".pdf":
+            text = _pdf_text(data)
             extra = text if text is not None else "install pypdf to read its text"
             return f"{url} is a PDF ({size:,} bytes), saved to {path}; {extra}"
         return f"{url} was downloaded ({size:,} bytes), saved to {path}"
@@ -538,17 +734,19 @@ class Browser(Environment):
     async def _save_pdf(self, page: "Page", url: str, body: bytes | None = None) -> str:
         """A tab showing a PDF in Chromium's viewer: fetch the file and save it like a download."""
         if body is None:
-            assert self._context is not None
-            response = await self._context.request.get(url, timeout=self._left(self.op_timeout) * 1000)
-            body = await response.body()
-        name = Path(urlparse(url).path).name or "document.pdf"
-        path = self._target(name if name.lower().endswith(".pdf") else name + ".pdf")
-        path.write_bytes(body)
+            # fetched by the page itself, so through the browser's proxy (Playwright's own request
+            # API would fetch from the host, around the sandbox and the egress policy)
+            data = await asyncio.wait_for(page.evaluate(scripts.FETCH_JS, [url, MAX_PDF_BYTES]), self._left())
+            if "error" in data:
+                raise EnvironmentFailure(data["error"])
+            body = base64.b64decode(data["base64"])
+        name = _safe_name(Path(urlparse(url).path).name or "document.pdf")
+        path = _write_new(self.folder, "downloads", name if name.lower().endswith(".pdf") else name + ".pdf", body)
         self._saved[url] = path
         tab_id = self._tab_id(page)
         if tab_id is not None:
             self._pdf_tabs[tab_id] = path
-        return self._describe_file(path, url)
+        return self._describe_file(path, len(body), body, url)
 
     async def _pdf_note(self, page: "Page", url: str) -> str:
         """A tab that shows a PDF: save it once (per URL) and remember which file the tab shows."""
@@ -577,7 +775,7 @@ class Browser(Environment):
             except EnvironmentFailure as exc:
                 if refresh:
                     await self._refresh()
-                raise EnvironmentFailure("\n".join([*notes, str(exc)])) from None
+                raise EnvironmentFailure("\n".join([*notes, str(exc), *self._refusal_notes()])) from None
             except Exception as exc:
                 if _is_closed_error(exc) and not self._connected():
                     self._dead = True
@@ -591,9 +789,9 @@ class Browser(Environment):
                     message = _short(exc)
                 if refresh:
                     await self._refresh()
-                raise EnvironmentFailure("\n".join([*notes, message])) from None
+                raise EnvironmentFailure("\n".join([*notes, message, *self._refusal_notes()])) from None
             extra = await self._refresh() if refresh else []
-            return "\n".join([*notes, text, *extra, *self._take_notes()])
+            return "\n".join([*notes, text, *extra, *self._take_notes(), *self._refusal_notes()])
 
     def _take_notes(self) -> list[str]:
         notes, self._notes = self._notes, []
@@ -848,6 +1046,18 @@ class Browser(Environment):
         tab = self._tab_id(page)
         if tab is not None:
             self._pdf_tabs.pop(tab, None)
+        proxied = response.headers.get("x-tea-egress-proxy") if response else None
+        if response is not None and proxied:  # the proxy answered itself: refused, or it could not connect
+            reason = ""  # a refusal is also listed (and sent as an event) by _refusal_notes
+            try:
+                reason = (await response.text()).strip()[:400]
+            except Exception:  # noqa: BLE001
+                pass
+            if proxied == "refused":
+                raise EnvironmentFailure(f"could not open {url}: the egress policy refused {page.url} — {reason}")
+            if "[Errno 111]" in reason or "Connection refused" in reason:
+                reason = f"connection refused (nothing is listening there); {reason}"
+            raise EnvironmentFailure(f"could not open {url}: {reason or 'the egress proxy could not reach it'}")
         ctype = (response.headers.get("content-type", "") if response else "").split(";")[0].strip().lower()
         if ctype == "application/pdf":
             body = None
@@ -874,7 +1084,8 @@ class Browser(Environment):
         Args:
             url: The address to open; a bare host like "example.com" means https://example.com.
         """
-        return await self._run(lambda page: self._open(page, url))
+        checked = await self._check(url)
+        return await self._run(lambda page: self._open(page, checked))
 
     @action
     async def click(self, selector: str) -> str:
@@ -994,11 +1205,13 @@ class Browser(Environment):
             url: The address to open in the new tab.
         """
 
+        checked = await self._check(url)
+
         async def work(_page: "Page") -> str:
             assert self._context is not None
             page = await self._context.new_page()
             self._current = self._register(page)
-            return await self._open(page, url)
+            return await self._open(page, checked)
 
         return await self._run(work)
 
@@ -1045,7 +1258,7 @@ class Browser(Environment):
 
     @action
     async def extract(self, selector: str = "", start: int = 0, max_chars: int = 6000) -> str:
-        """Read the current page as markdown (headings, paragraphs, [links](url), lists, tables).
+        """Read the current page as markdown (headings, paragraphs, links as `[text](url)`, lists, tables).
 
         Args:
             selector: Only this part of the page (a CSS selector, e.g. "main"); empty for the whole page.
@@ -1062,9 +1275,12 @@ class Browser(Environment):
                 pdf = self._pdf_tabs.get(tab)
                 if pdf is None:
                     return note.strip()
-                text = _pdf_text(pdf)
+                data = read_beneath(self.folder, str(pdf.relative_to(self.folder)), MAX_PDF_BYTES)
+                if data is None:
+                    raise EnvironmentFailure(f"the saved PDF {pdf} is gone from the run folder")
+                text = _pdf_text(data)
                 body = text if text is not None else "(install pypdf to read PDF text)"
-                header = f"PDF {page.url}, saved to {pdf} ({pdf.stat().st_size:,} bytes)"
+                header = f"PDF {page.url}, saved to {pdf} ({len(data):,} bytes)"
                 return f"{note}{header}\n\n{body[offset : offset + limit]}"
             md = await page.evaluate(scripts.MARKDOWN_JS, [selector, offset + limit + 100_000])
             if md is None:
@@ -1097,10 +1313,7 @@ class Browser(Environment):
             png = await page.screenshot(type="png", full_page=full_page, timeout=self._left(self.op_timeout) * 1000)
             self._png = png
             self._shots += 1
-            folder = self.folder / "screenshots"
-            folder.mkdir(parents=True, exist_ok=True)
-            path = folder / f"screenshot-{self._shots}.png"
-            path.write_bytes(png)
+            path = _write_new(self.folder, "screenshots", f"screenshot-{self._shots}.png", png)
             width, height = _png_size(png)
             return (
                 f"Screenshot of tab [{self._current}] ({page.url}): {width}x{height} PNG, "

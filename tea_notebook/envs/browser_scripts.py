@@ -222,5 +222,20 @@ DESCRIBE_JS = """(el) => el.tagName.toLowerCase() + ' ' + JSON.stringify(((el.in
   || el.getAttribute('aria-label') || el.placeholder || '') + '').replace(/\\s+/g, ' ').trim().slice(0, 60))"""
 POPUPS_JS = "() => { const n = window.__teaPopups || 0; window.__teaPopups = 0; return n; }"
 
+# [url, maxBytes] -> {base64} or {error}: a file fetched by the page, so through the browser's proxy
+FETCH_JS = """async ([url, maxBytes]) => {
+  let r;
+  try { r = await fetch(url, { credentials: 'include' }); }
+  catch (e) { return { error: 'fetching ' + url + ' failed: ' + e }; }
+  if (!r.ok) return { error: 'fetching ' + url + ' gave HTTP ' + r.status };
+  const bytes = new Uint8Array(await r.arrayBuffer());
+  if (bytes.length > maxBytes) return { error: url + ' is larger than ' + maxBytes + ' bytes' };
+  let text = '';
+  for (let i = 0; i < bytes.length; i += 0x8000) {
+    text += String.fromCharCode.apply(null, bytes.subarray(i, i + 0x8000));
+  }
+  return { base64: btoa(text) };
+}"""
+
 
 # -- finding a browser -------------------------------------------------------------------------------

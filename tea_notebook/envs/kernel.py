@@ -9,7 +9,11 @@ entry of :attr:`KernelEnvironment.writes`. Whatever is read is redacted first
 (:func:`tea_notebook.redaction.redact`): secret-named variables show ``[redacted]``, secret-shaped
 text is replaced.
 
-Nothing here imports pandas or numpy: shapes, dtypes and columns are read by duck typing.
+Nothing here imports pandas or numpy. Without a grant the listing runs none of the person's code:
+names and types are read statically (:func:`describe_static`: no property, ``__getattr__``,
+``__len__`` or ``__repr__`` of a user class is called, not even a metaclass's), sizes only of exact
+built-in containers, shapes only of exact numpy and pandas types. With ``kernel.read``, shapes,
+dtypes and columns are read by duck typing (reading a value may run its code: that is the grant).
 """
 
 from __future__ import annotations
@@ -138,6 +142,83 @@ def describe(value: Any, contents: bool = True) -> str:
     return ", ".join(parts)
 
 
+# -- the listing without a grant: no user code runs ------------------------------------------------
+_TYPE_NAME = type.__dict__["__name__"]
+_TYPE_MODULE = type.__dict__["__module__"]
+_TYPE_MRO = type.__dict__["__mro__"]
+# exact built-in types whose len() is the interpreter's own (a subclass may define __len__)
+_SIZED = (str, bytes, bytearray, list, tuple, dict, set, frozenset, range, memoryview)
+# (module, type name) -> attributes read for the listing; the library's own code, never the person's
+_KNOWN_SHAPED = {
+    ("numpy", "ndarray"): ("shape", "dtype"),
+    ("pandas.core.frame", "DataFrame"): ("shape",),
+    ("pandas.core.series", "Series"): ("shape", "dtype"),
+}
+
+
+def _static_name(cls: type) -> str:
+    """A class's ``__name__`` read through ``type``'s own slot (a metaclass property is not run)."""
+    try:
+        name = _TYPE_NAME.__get__(cls, type)
+    except Exception:  # noqa: BLE001 - a summary never fails
+        return "object"
+    return name if type(name) is str else "object"
+
+
+def _static_mro(cls: type) -> tuple[type, ...]:
+    try:
+        mro = _TYPE_MRO.__get__(cls, type)
+    except Exception:  # noqa: BLE001
+        return ()
+    return mro if type(mro) is tuple else ()
+
+
+def _is_a(value: Any, *classes: type) -> bool:
+    """``isinstance`` without asking the value: ``__class__``, ``__instancecheck__`` and a metaclass's
+    ``__eq__`` are not consulted (classes are compared by identity)."""
+    return any(c is k for c in _static_mro(type(value)) for k in classes)
+
+
+def _known_shaped(value: Any) -> tuple[str, ...]:
+    """The attributes to read of an exact numpy array or pandas frame / series (none otherwise)."""
+    cls = type(value)
+    try:
+        module_name = _TYPE_MODULE.__get__(cls, type)
+    except Exception:  # noqa: BLE001
+        return ()
+    if type(module_name) is not str:  # a class may set __module__ to anything
+        return ()
+    key = (module_name, _static_name(cls))
+    attrs = _KNOWN_SHAPED.get(key)
+    if attrs is None:
+        return ()
+    module = sys.modules.get(key[0])  # only a library already imported: never import it here
+    return attrs if module is not None and getattr(module, key[1], None) is cls else ()
+
+
+def describe_static(value: Any) -> str:
+    """Type and size of a value without running any of its code: the type's name read statically,
+    ``len`` only for exact built-in containers, shape and dtype only for exact numpy / pandas types
+    (their own code). ``"class"`` for a class, whatever its metaclass."""
+    cls = type(value)
+    if _is_a(value, type):
+        return "class"
+    parts = [_static_name(cls)]
+    if any(cls is sized for sized in _SIZED):
+        parts.append(f"len {len(value)}")
+    else:
+        for name in _known_shaped(value):
+            try:
+                found = getattr(value, name)
+            except Exception:  # noqa: BLE001
+                continue
+            if name == "shape" and type(found) is tuple:
+                parts.append(f"shape {tuple(int(n) for n in found)}")
+            elif name == "dtype":
+                parts.append(f"dtype {found}")
+    return ", ".join(parts)
+
+
 def _attr(value: Any, name: str) -> Any:
     try:
         return getattr(value, name, None)
@@ -244,8 +325,9 @@ class KernelEnvironment(Environment):
         return dict(list(self.ns.items()))
 
     def is_user_variable(self, name: str, value: Any) -> bool:
-        """True for the person's own names: not ``_private``, not modules, not IPython's."""
-        if name.startswith("_") or isinstance(value, types.ModuleType):
+        """True for the person's own names: not ``_private``, not modules, not IPython's (decided
+        without running the value's code)."""
+        if type(name) is not str or name.startswith("_") or _is_a(value, types.ModuleType):
             return False
         if name in self._hidden:
             return self._hidden[name] is not value  # a user value that reuses a hidden name
@@ -258,10 +340,10 @@ class KernelEnvironment(Environment):
     def _listing(self, limit_items: int, limit_chars: int) -> str:
         readable = self._granted(READ_GRANT)
         variables, functions = [], []
-        for name, value in sorted(self._snapshot().items()):
+        for name, value in sorted(self._snapshot().items(), key=lambda item: item[0] if type(item[0]) is str else ""):
             if not self.is_user_variable(name, value):
                 continue
-            if isinstance(value, (types.FunctionType, types.BuiltinFunctionType, type)):
+            if _is_a(value, types.FunctionType, types.BuiltinFunctionType, type):
                 functions.append(name)
             else:
                 variables.append((name, value))
@@ -272,7 +354,8 @@ class KernelEnvironment(Environment):
         shown = 0
         for name, value in variables:
             preview = _shown(name, _preview(value)) if readable else ""
-            line = f"{name}: {describe(value, readable)}" + (f" = {preview}" if preview else "")
+            kind = describe(value, readable) if readable else describe_static(value)
+            line = f"{name}: {kind}" + (f" = {preview}" if preview else "")
             if shown >= limit_items or used + len(line) > limit_chars:
                 break
             lines.append(line)

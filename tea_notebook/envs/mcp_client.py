@@ -9,9 +9,19 @@ or none, as a toolkit named after the server, each record keeping the server's s
 kernel restart the first call connects again. A server that died is restarted at the next call,
 once; if it dies again before answering, the call reports it.
 
-Secrets stay out of the workspace database: an environment variable or header whose name or value
-looks secret is stored as a ``${NAME}`` reference, kept in memory for this process, and read from
-the process environment when a stored spec is used after a restart.
+Secrets stay out of the workspace database. Every ``env`` value is stored as a ``${NAME}``
+reference (its name: ``env={"DB_PASS": "x"}`` is stored as ``${DB_PASS}``); so is a header whose
+name or value looks secret (``${MCP_<HEADER>}``), the value of a command-line flag whose name does
+(``--db-password X``, ``--token=X``, ``--api-key X``: ``${MCP_<SERVER>_<FLAG>}``) and any argument
+shaped like a secret. The values given stay in memory for this process; after a restart they are
+read from the process environment, and a missing variable is an error naming it. A value may be
+written as a reference from the start (``headers={"Authorization": "Bearer ${TEA_MCP_TOKEN}"}``):
+it is stored as written and filled in at every connection.
+
+What a server says about itself is not trusted: a tool description is clipped to
+:data:`MAX_DESCRIPTION_CHARS` before it is stored (the prompt marks it as coming from the server),
+parameter descriptions inside its schema too, and a tool whose name is one of the runtime's own
+actions (:mod:`tea_notebook.protocol.reserved`) makes the whole import fail.
 """
 
 from __future__ import annotations
@@ -32,10 +42,12 @@ from jsonschema.exceptions import SchemaError as JSONSchemaError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from tea_notebook.envs.base import Environment, EnvironmentFailure
+from tea_notebook.envs.safe_open import Beneath
 from tea_notebook.envs.sessions import EnvironmentRuntime, session_key
 from tea_notebook.errors import RegistryError
 from tea_notebook.protocol.context import Context
-from tea_notebook.protocol.records import NAME_PATTERN, ToolkitRecord, ToolRecord
+from tea_notebook.protocol.records import MAX_DESCRIPTION_CHARS, NAME_PATTERN, ToolkitRecord, ToolRecord
+from tea_notebook.protocol.reserved import reserved_by
 from tea_notebook.redaction import is_secret_name, redact
 
 if TYPE_CHECKING:
@@ -43,7 +55,15 @@ if TYPE_CHECKING:
     from tea_notebook.protocol.tcp import ToolRegistry
 
 _REFERENCE = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")
+_REFERENCES = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _STDERR_TAIL = 1200
+#: the largest input schema (as JSON, after clipping its descriptions) an imported tool may have
+MAX_SCHEMA_CHARS = 64_000
+# a command-line flag whose value is a secret: --db-password X, --token=X, --api-key X (not
+# --password-file PATH or --token-env NAME, which name where the secret is)
+_SECRET_FLAG = re.compile(r"^--?(?P<name>[A-Za-z0-9][A-Za-z0-9_.\-]*)(?:=(?P<value>.*))?$", re.S)
+_SECRET_FLAG_WORD = re.compile(r"pass|pwd|secret|token|key|auth|credential", re.I)
+_NOT_A_SECRET_FLAG = re.compile(r"[_\-](?:file|path|env|var|dir)$", re.I)
 
 
 class MCPFailure(EnvironmentFailure):
@@ -84,7 +104,7 @@ class MCPServerSpec(BaseModel):
     def _one_transport(self) -> "MCPServerSpec":
         if bool(self.command) == bool(self.url):
             raise ValueError("give an MCP server either a command (stdio) or a url (streamable HTTP), not both")
-        if self.url and not re.match(r"^https?://", self.url):
+        if self.url and not _REFERENCE.match(self.url) and not re.match(r"^https?://", self.url):
             raise ValueError(f"an MCP server url must start with http:// or https://, not {self.url!r}")
         for label, value in (("connect_timeout", self.connect_timeout), ("call_timeout", self.call_timeout)):
             if value <= 0:
@@ -100,44 +120,106 @@ class MCPServerSpec(BaseModel):
 
     @property
     def where(self) -> str:
-        """The command line or URL, for messages (secrets redacted)."""
-        text = " ".join([self.command or "", *self.args]) if self.command else str(self.url)
+        """The command line or URL, for messages and provenance (secret arguments as references)."""
+        text = " ".join([self.command or "", *self.stored_args()]) if self.command else str(self.url)
         return str(redact(text))
 
+    def stored_args(self) -> list[str]:
+        """``args`` as stored: the value of a secret-named flag (``--db-password X``, ``--token=X``)
+        and any secret-shaped argument replaced by a ``${NAME}`` reference."""
+        out: list[str] = []
+        secret_next: str | None = None
+        for i, arg in enumerate(self.args):
+            if secret_next is not None and not arg.startswith("-"):
+                out.append(_reference(secret_next, arg, env_name=_arg_env(self.name, secret_next), always=True))
+                secret_next = None
+                continue
+            secret_next = None
+            flag = _SECRET_FLAG.match(arg)
+            if flag and _is_secret_flag(flag.group("name")):
+                if flag.group("value") is None:
+                    secret_next = flag.group("name")
+                    out.append(arg)
+                else:
+                    env_name = _arg_env(self.name, flag.group("name"))
+                    value = _reference(flag.group("name"), flag.group("value"), env_name=env_name, always=True)
+                    out.append(arg[: flag.start("value")] + value)
+                continue
+            out.append(_reference(f"argument {i + 1}", arg, env_name=_arg_env(self.name, f"ARG{i + 1}")))
+        return out
+
     def stored(self) -> dict[str, Any]:
-        """The spec as kept in the tool records: secret values replaced by ``${NAME}`` references."""
+        """The spec as kept in the tool records: every ``env`` value, and secret headers and
+        arguments, replaced by ``${NAME}`` references (the values given stay in this process)."""
         data = self.model_dump(mode="json")
-        data["env"] = {k: _reference(k, v) for k, v in self.env.items()}
+        data["args"] = self.stored_args()
+        data["env"] = {k: _reference(k, v, always=True) for k, v in self.env.items()}
         data["headers"] = {k: _reference(k, v, env_name=_header_env(k)) for k, v in self.headers.items()}
+        if self.url and redact(self.url) != self.url:  # a password or token in the URL itself
+            data["url"] = _reference("url", self.url, env_name=_arg_env(self.name, "URL"), always=True)
         return data
 
-    def resolved(self, what: str) -> dict[str, str]:
-        """``env`` or ``headers`` with ``${NAME}`` references read from the process environment."""
-        out = {}
-        for key, value in getattr(self, what).items():
-            match = _REFERENCE.match(value)
-            if match:
-                found = os.environ.get(match.group(1))
-                if found is None:
-                    raise MCPFailure(
-                        f"MCP server {self.name!r}: {what[:-1] if what == 'headers' else what} {key!r} refers to "
-                        f"${{{match.group(1)}}}, which is not set in this process's environment (secrets are "
-                        "not stored in the workspace; set it, or import the server again)"
-                    )
-                value = found
-            out[key] = value
-        return out
+    def references(self) -> dict[str, str]:
+        """``{where: NAME}`` for every value the stored spec reads from the environment: what must be
+        set for the server to be reached again after a restart."""
+        stored = self.stored()
+        found: dict[str, str] = {}
+        if stored["url"] and _REFERENCE.match(stored["url"]):
+            found["url"] = _REFERENCE.match(stored["url"]).group(1)
+        for label, values in (("env", stored["env"]), ("header", stored["headers"])):
+            for key, value in values.items():
+                for name in _REFERENCES.findall(value):
+                    found[f"{label} {key}"] = name
+        for i, arg in enumerate(stored["args"]):
+            for name in _REFERENCES.findall(arg):
+                found[f"argument {i + 1} ({arg.split('=', 1)[0] if arg.startswith('-') else 'value'})"] = name
+        return found
+
+    def resolved(self, what: str) -> Any:
+        """``env``, ``headers`` or ``args`` with ``${NAME}`` references filled in from the process
+        environment; a variable that is not set is an error naming it."""
+        label = {"env": "env", "headers": "header", "args": "argument"}[what]
+        values = getattr(self, what)
+        items = list(enumerate(values)) if isinstance(values, list) else list(values.items())
+        out = [(key, self._expand(label, key, value)) for key, value in items]
+        return [v for _, v in out] if isinstance(values, list) else dict(out)
+
+    def _expand(self, label: str, key: Any, value: str) -> str:
+        def fill(match: re.Match[str]) -> str:
+            found = os.environ.get(match.group(1))
+            if found is None:
+                where = f"argument {key + 1}" if isinstance(key, int) else f"{label} {key!r}"
+                raise MCPFailure(
+                    f"MCP server {self.name!r}: {where} refers to ${{{match.group(1)}}}, which is not set in this "
+                    "process's environment (values given at import are not stored in the workspace: set "
+                    f"{match.group(1)}, or import the server again)"
+                )
+            return found
+
+        return _REFERENCES.sub(fill, value)
 
 
 def _header_env(header: str) -> str:
     return "MCP_" + re.sub(r"[^A-Za-z0-9]+", "_", header).upper()
 
 
-def _reference(key: str, value: str, env_name: str | None = None) -> str:
-    """``value``, or a ``${NAME}`` reference when it is a secret (by its name or its shape)."""
+def _arg_env(server: str, flag: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "_", f"MCP_{server}_{flag}").upper().strip("_")
+
+
+def _is_secret_flag(name: str) -> bool:
+    return bool(_SECRET_FLAG_WORD.search(name)) and not _NOT_A_SECRET_FLAG.search(name)
+
+
+def _reference(key: str, value: str, env_name: str | None = None, always: bool = False) -> str:
+    """``value`` as stored: kept when it is only references (``${NAME}``, ``Bearer ${NAME}``) or,
+    unless ``always``, when neither its name nor its text looks secret; else a ``${NAME}`` reference."""
     if _REFERENCE.match(value):
         return value
-    if is_secret_name(key) or redact(value, keys=False) != value:
+    literal = _REFERENCES.sub("", value)
+    if _REFERENCES.search(value) and re.fullmatch(r"\s*(?:(?:Bearer|Basic|Token|Bot|Digest)\s+)?", literal, re.I):
+        return value  # "Bearer ${TOKEN}": an auth scheme and references, nothing secret
+    if always or is_secret_name(key) or redact(value, keys=key.startswith("argument ")) != value:
         return f"${{{env_name or key}}}"
     return value
 
@@ -172,6 +254,7 @@ class MCPConnection(Environment):
         self._leave: asyncio.Event | None = None
         self._bad: list[str] = []
         self._stderr: Path | None = None
+        self._refused: int | None = None  # an HTTP status 401 / 403 seen while connecting
 
     # -- lifecycle ---------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -216,11 +299,9 @@ class MCPConnection(Environment):
         if spec.transport == "stdio":
             from mcp import StdioServerParameters, stdio_client
 
-            self.folder.mkdir(parents=True, exist_ok=True)
-            self._stderr = self.folder / f"mcp-{spec.name}.stderr.log"
-            errlog = stack.enter_context(open(self._stderr, "w", encoding="utf-8"))  # noqa: SIM115
+            errlog = stack.enter_context(self._open_log("write"))
             params = StdioServerParameters(
-                command=spec.command, args=spec.args, env=spec.resolved("env") or None, cwd=spec.cwd
+                command=spec.command, args=spec.resolved("args"), env=spec.resolved("env") or None, cwd=spec.cwd
             )
             before = _children()
             streams = await stack.enter_async_context(stdio_client(params, errlog=errlog))
@@ -233,8 +314,18 @@ class MCPConnection(Environment):
 
         # the SDK's default read timeout (a server may hold a response stream open); ours to connect
         timeout = httpx2.Timeout(max(30.0, spec.call_timeout), connect=spec.connect_timeout, read=300.0)
-        client = await stack.enter_async_context(httpx2.AsyncClient(headers=spec.resolved("headers"), timeout=timeout))
-        streams = await stack.enter_async_context(streamable_http_client(spec.url, http_client=client))
+
+        async def refused(response: Any) -> None:
+            if response.status_code in (401, 403) and self.session is None:
+                self._refused = response.status_code
+
+        client = await stack.enter_async_context(
+            httpx2.AsyncClient(headers=spec.resolved("headers"), timeout=timeout, event_hooks={"response": [refused]})
+        )
+        url = spec._expand("url", "url", spec.url or "")
+        if not re.match(r"^https?://", url):
+            raise MCPFailure(f"MCP server {spec.name!r}: its url must start with http:// or https://")
+        streams = await stack.enter_async_context(streamable_http_client(url, http_client=client))
         return streams[0], streams[1]
 
     async def _handshake(self, session: Any) -> None:
@@ -294,6 +385,11 @@ class MCPConnection(Environment):
             )
         if isinstance(exc, ValidationError):
             return MCPFailure(f"MCP server {spec.name!r} sent a malformed answer during the handshake: {_first(exc)}")
+        if spec.transport == "http" and self._refused is not None:
+            return MCPFailure(
+                f"MCP server {spec.name!r} at {spec.where} refused the connection (HTTP {self._refused}): it needs "
+                "credentials, e.g. headers={'Authorization': 'Bearer ${NAME_OF_A_VARIABLE_HOLDING_THE_TOKEN}'}"
+            )
         if spec.transport == "http":
             return MCPFailure(
                 f"MCP server {spec.name!r} cannot be reached at {spec.where}: {type(exc).__name__}: {text}"
@@ -302,12 +398,30 @@ class MCPConnection(Environment):
             f"MCP server {spec.name!r} failed to start: {type(exc).__name__}: {text}{self._stderr_tail()}"
         )
 
+    def _open_log(self, mode: str) -> Any:
+        """The server's stderr log in the run folder, opened beneath the folder without following a
+        link out of it (code in a sandbox of the same run can write there); emptied for ``write``."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        name = f"mcp-{self.spec.name}.stderr.log"
+        beneath = Beneath(self.folder)
+        try:
+            opened = beneath.open(name, mode)
+        except EnvironmentFailure as exc:
+            raise MCPFailure(f"MCP server {self.spec.name!r}: its stderr log cannot be opened: {exc}") from None
+        finally:
+            beneath.close()
+        if mode == "write":
+            os.ftruncate(opened.fd, 0)
+            self._stderr = self.folder / name
+        return os.fdopen(opened.fd, "w" if mode == "write" else "r", encoding="utf-8", errors="replace")
+
     def _stderr_tail(self) -> str:
-        if self._stderr is None or not self._stderr.exists():
+        if self._stderr is None:
             return ""
         try:
-            text = self._stderr.read_text(encoding="utf-8", errors="replace").strip()
-        except OSError:
+            with self._open_log("read") as log:
+                text = log.read().strip()
+        except (MCPFailure, OSError):
             return ""
         if not text:
             return ""
@@ -520,10 +634,16 @@ class MCPImport:
     server_info: dict[str, Any] = field(default_factory=dict)
     protocol_version: str = ""
     removed: list[str] = field(default_factory=list)
+    #: ``{where: NAME}``: values stored as references, read from the environment after a restart
+    references: dict[str, str] = field(default_factory=dict)
 
     def __repr__(self) -> str:
         names = ", ".join(t.name for t in self.tools)
-        return f"<MCP server {self.server}: {len(self.tools)} tools registered ({names})>"
+        note = ""
+        if self.references:
+            needed = ", ".join(sorted(set(self.references.values())))
+            note = f"; not stored, set again after a restart: {needed}"
+        return f"<MCP server {self.server}: {len(self.tools)} tools registered ({names}){note}>"
 
 
 class MCPClients:
@@ -670,7 +790,13 @@ def _register(
                 "nothing was registered"
             )
         seen[name] = tool.name
-        schema = tool.input_schema
+        owner = reserved_by(name)
+        if owner is not None:
+            raise MCPFailure(
+                f"MCP server {server!r}: tool {tool.name!r} would be registered as {name!r}, the name of "
+                f"{owner}; nothing was registered — import with a prefix= (the default is {server + '_'!r})"
+            )
+        schema = _clip_descriptions(tool.input_schema)
         problem = _schema_problem(schema)
         if problem:
             raise MCPFailure(
@@ -686,13 +812,14 @@ def _register(
                 "nothing was registered — import with another prefix="
             )
         description = (tool.description or tool.title or "").strip() or f"The {tool.name} tool of MCP server {server}."
+        description = _clip_description(description)
         try:
             records.append(
                 ToolRecord(
                     name=name,
                     description=description,
                     parameters=dict(schema),
-                    returns=dict(tool.output_schema or {}),
+                    returns=_clip_descriptions(dict(tool.output_schema or {})),
                     entrypoint=f"mcp:{server}/{tool.name}",
                     origin="mcp",
                     category=category,
@@ -710,7 +837,7 @@ def _register(
                 "nothing was registered — give the server another name"
             )
     info = conn.server_info
-    label = f"{info.get('name')} {info.get('version') or ''}".strip() if info else server
+    label = f"{info.get('name')} {info.get('version') or ''}".strip()[:120] if info else server
     kit = ToolkitRecord(
         name=server,
         description=f"Tools of the MCP server {server} ({label}, over {spec.transport}).",
@@ -734,12 +861,41 @@ def _register(
     removed = [n for n in previous if n not in seen]
     for name in removed:
         tools.unregister(name)
-    return MCPImport(server, stored_kit, stored_tools, conn.server_info, conn.protocol_version, removed)
+    return MCPImport(
+        server, stored_kit, stored_tools, conn.server_info, conn.protocol_version, removed, spec.references()
+    )
+
+
+def _clip_description(text: str) -> str:
+    """A description from an outside server, cut to :data:`MAX_DESCRIPTION_CHARS`."""
+    if len(text) <= MAX_DESCRIPTION_CHARS:
+        return text
+    note = f"… [clipped by tea: {len(text):,} characters]"
+    return text[: MAX_DESCRIPTION_CHARS - len(note)] + note
+
+
+def _clip_descriptions(schema: Any, depth: int = 0) -> Any:
+    """A schema with every ``description`` / ``title`` string clipped (they reach the prompt too)."""
+    if depth > 32:
+        return schema
+    if isinstance(schema, dict):
+        return {
+            k: _clip_description(v)
+            if k in ("description", "title") and isinstance(v, str)
+            else _clip_descriptions(v, depth + 1)
+            for k, v in schema.items()
+        }
+    if isinstance(schema, list):
+        return [_clip_descriptions(v, depth + 1) for v in schema]
+    return schema
 
 
 def _schema_problem(schema: Any) -> str:
     if not isinstance(schema, dict):
         return "not an object"
+    size = len(json.dumps(schema, default=str))
+    if size > MAX_SCHEMA_CHARS:
+        return f"{size:,} characters of JSON, more than the limit of {MAX_SCHEMA_CHARS:,}"
     try:
         Draft202012Validator.check_schema(schema)
     except JSONSchemaError as exc:
@@ -769,4 +925,12 @@ def make_spec(
         raise RegistryError(f"MCP server {name!r}: {exc.errors()[0]['msg'].removeprefix('Value error, ')}") from None
 
 
-__all__ = ["MCPClients", "MCPConnection", "MCPFailure", "MCPImport", "MCPServerSpec", "make_spec"]
+__all__ = [
+    "MAX_DESCRIPTION_CHARS",
+    "MCPClients",
+    "MCPConnection",
+    "MCPFailure",
+    "MCPImport",
+    "MCPServerSpec",
+    "make_spec",
+]

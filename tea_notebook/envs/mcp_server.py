@@ -5,11 +5,23 @@ on the official SDK's low-level ``Server``, over stdio or streamable HTTP. Only 
 exported; at least one tool or agent must be. Calls go through the registries exactly as calls
 from a cell do (schema checks, sandboxes for generated tools, usage counts); results and errors
 pass through :func:`tea_notebook.redaction.redact` before they leave, so secrets never cross.
+
+Over HTTP every request must carry ``Authorization: Bearer <token>``: the token comes from an
+environment variable (``TEA_MCP_TOKEN``, or the one named by ``--token-env``) or is generated and
+shown once on stderr. A missing or wrong token gets 401 (compared in constant time; the token is
+never logged). Host and Origin headers are checked against the names the server answers to (the
+SDK's DNS-rebinding protection), and an address other than loopback needs ``allow_remote=True``.
 """
 
 from __future__ import annotations
 
+import hmac
+import ipaddress
 import json
+import os
+import re
+import secrets
+import socket
 import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable
@@ -26,6 +38,10 @@ if TYPE_CHECKING:
     from tea_notebook.workspace import Workspace
 
 TRANSPORTS = ("stdio", "http")
+#: the environment variable an HTTP server reads its bearer token from when no other is named
+TOKEN_ENV = "TEA_MCP_TOKEN"
+#: the shortest bearer token accepted (a generated one has 43 characters)
+MIN_TOKEN_CHARS = 16
 
 
 @dataclass(frozen=True)
@@ -148,6 +164,129 @@ def build_server(
     )
 
 
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (an address or a name) is reached only from this machine."""
+    if host.strip("[]").lower() in ("localhost", "localhost.localdomain"):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        pass
+    try:
+        found = {info[4][0] for info in socket.getaddrinfo(host, None)}
+    except OSError:
+        return False
+    return bool(found) and all(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in found)
+
+
+def http_token(token_env: str | None = None) -> tuple[str, str]:
+    """The bearer token an HTTP server requires and where it came from: the variable ``token_env``
+    names (an error when it is unset, empty or short), else ``TEA_MCP_TOKEN`` when set, else a new
+    one (``"generated"``)."""
+    name = token_env or TOKEN_ENV
+    value = os.environ.get(name)
+    if value is None or not value.strip():
+        if token_env:
+            raise TeaError(f"--token-env {token_env}: the environment variable {token_env} is not set (or empty)")
+        return secrets.token_urlsafe(32), "generated"
+    value = value.strip()
+    if len(value) < MIN_TOKEN_CHARS:
+        raise TeaError(
+            f"the token in {name} has {len(value)} characters; use at least {MIN_TOKEN_CHARS} "
+            "(python -c 'import secrets; print(secrets.token_urlsafe(32))')"
+        )
+    return value, name
+
+
+def answered_hosts(host: str, port: int, extra: Iterable[str] = ()) -> list[str]:
+    """The ``Host`` header values the server answers to: the loopback names, the address it is bound
+    to, ``extra`` names, and this machine's names when bound to every address."""
+    names = ["127.0.0.1", "localhost", "[::1]"]
+    bare = host.strip("[]")
+    if bare not in ("0.0.0.0", "::", ""):  # noqa: S104 - a comparison, not a bind
+        names.append(f"[{bare}]" if ":" in bare else bare)
+    else:
+        names += [socket.gethostname(), socket.getfqdn()]
+    for name in (e.strip() for e in extra):
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9.\-]*|\[[0-9A-Fa-f:.]+\]", name):
+            raise TeaError(f"--allowed-host {name!r}: give a host name or address, without a port or wildcard")
+        names.append(name)
+    out = []
+    for name in dict.fromkeys(n.lower() for n in names if n):
+        out.append(f"{name}:{port}")
+        if port in (80, 443):
+            out.append(name)
+    return out
+
+
+def transport_security(host: str, port: int, extra: Iterable[str] = ()) -> Any:
+    """The SDK's DNS-rebinding protection for this server: Host must be one of :func:`answered_hosts`,
+    an Origin (sent by browsers) one of the same names over http or https."""
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    hosts = answered_hosts(host, port, extra)
+    origins = [f"{scheme}://{h}" for h in hosts for scheme in ("http", "https")]
+    return TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=hosts, allowed_origins=origins)
+
+
+class BearerAuth:
+    """ASGI middleware: an HTTP request passes only with ``Authorization: Bearer <token>`` (one
+    such header, compared in constant time); anything else gets 401 before the MCP app sees it."""
+
+    def __init__(self, app: Any, token: str):
+        self.app = app
+        self._token = token.encode()
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope.get("type") == "lifespan":
+            await self.app(scope, receive, send)
+            return
+        if scope.get("type") != "http":  # a websocket (no route takes one): closed before it is accepted
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        given = [v for k, v in scope.get("headers") or [] if k.lower() == b"authorization"]
+        scheme, _, presented = (given[0] if len(given) == 1 else b"").partition(b" ")
+        ok = scheme.lower() == b"bearer" and hmac.compare_digest(presented.strip(), self._token)
+        if ok:
+            await self.app(scope, receive, send)
+            return
+        body = json.dumps(
+            {"error": "unauthorized", "message": "this MCP server needs the header 'Authorization: Bearer <token>'"}
+        ).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 401,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                    (b"www-authenticate", b'Bearer realm="tea mcp"'),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+
+
+def http_app(
+    ws: "Workspace",
+    tools: Iterable[str] = (),
+    agents: Iterable[str] = (),
+    *,
+    token: str,
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    allowed: Iterable[str] = (),
+    name: str | None = None,
+) -> Any:
+    """The ASGI app of an HTTP server: the MCP endpoint at ``/mcp`` behind :class:`BearerAuth` and
+    the Host/Origin checks of :func:`transport_security`."""
+    if len(token) < MIN_TOKEN_CHARS:
+        raise TeaError(f"an MCP server's bearer token needs at least {MIN_TOKEN_CHARS} characters")
+    server = build_server(ws, tools, agents, name=name)
+    app = server.streamable_http_app(host=host, transport_security=transport_security(host, port, allowed))
+    return BearerAuth(app, token)
+
+
 async def serve(
     ws: "Workspace",
     tools: Iterable[str] = (),
@@ -157,24 +296,66 @@ async def serve(
     host: str = "127.0.0.1",
     port: int = 8765,
     name: str | None = None,
+    token: str | None = None,
+    allow_remote: bool = False,
+    allowed_hosts: Iterable[str] = (),
 ) -> None:
     """Serve the named tools and agents until the client goes (stdio) or the process is stopped (HTTP,
-    at ``http://HOST:PORT/mcp``)."""
+    at ``http://HOST:PORT/mcp``, for clients sending ``Authorization: Bearer <token>``).
+
+    Over HTTP, ``token`` is required (see :func:`http_token` for the command line's), a non-loopback
+    ``host`` needs ``allow_remote=True`` and is warned about, and ``allowed_hosts`` adds names
+    clients may use in the Host header (a name the machine is reached by)."""
     if transport not in TRANSPORTS:
         raise TeaError(f"transport must be one of {', '.join(TRANSPORTS)}, not {transport!r}")
-    server = build_server(ws, tools, agents, name=name)
     if transport == "stdio":
         from mcp.server.stdio import stdio_server
 
+        server = build_server(ws, tools, agents, name=name)
         async with stdio_server() as (read, write):
             await server.run(read, write, server.create_initialization_options())
         return
+    check_bind(host, allow_remote)
+    if not token:
+        raise TeaError("an MCP server over HTTP needs a bearer token (token=...; tea mcp serve makes one)")
     import uvicorn
 
-    app = server.streamable_http_app(host=host)
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
+    app = http_app(ws, tools, agents, token=token, host=host, port=port, allowed=allowed_hosts, name=name)
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on", access_log=False)
     print(f"tea mcp serve: http://{host}:{port}/mcp ({ws.path})", file=sys.stderr, flush=True)
     await uvicorn.Server(config).serve()
 
 
-__all__ = ["Export", "build_server", "exports", "serve"]
+def check_bind(host: str, allow_remote: bool, *, warn: bool = True) -> None:
+    """Refuse a non-loopback ``host`` unless ``allow_remote``; warn (on stderr) when it is allowed."""
+    if is_loopback(host):
+        return
+    if not allow_remote:
+        raise TeaError(
+            f"--host {host} is not a loopback address: the server would be reachable from other machines. "
+            "Pass --allow-remote to mean it (clients then need the token; traffic is plain HTTP: put TLS in front)"
+        )
+    if not warn:
+        return
+    print(
+        f"tea mcp serve: WARNING: listening on {host}, reachable from other machines; only clients with the token "
+        "get in, but plain HTTP shows it to anyone on the network path: put TLS (a reverse proxy) in front",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+__all__ = [
+    "TOKEN_ENV",
+    "BearerAuth",
+    "answered_hosts",
+    "Export",
+    "build_server",
+    "check_bind",
+    "exports",
+    "http_app",
+    "http_token",
+    "is_loopback",
+    "serve",
+    "transport_security",
+]

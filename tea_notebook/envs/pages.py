@@ -2,8 +2,11 @@
 fall back to the browser environment for pages that need JavaScript, and keep only the chunks that
 bear on the question.
 
-Only ``http`` and ``https`` URLs are fetched (redirects included), with a time limit and a size
-limit; PDFs are converted behind the sandbox boundary like any document.
+Every fetch goes through the workspace's egress policy (:mod:`tea_notebook.egress`): only ``http``
+and ``https``, no loopback, private or link-local address unless the workspace allows it, and each
+redirect hop checked again before it is followed; a refusal is an ``egress_refused`` event of the run
+and a :class:`PageError` naming the rule. Fetches have a time limit and a size limit; PDFs are
+converted behind the sandbox boundary like any document.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from tea_notebook.errors import TeaError
 from tea_notebook.protocol.retrieval import KeywordIndex
 
 if TYPE_CHECKING:
+    from tea_notebook.egress.policy import Decision
     from tea_notebook.protocol.context import Context
     from tea_notebook.workspace import Workspace
 
@@ -30,13 +34,21 @@ class PageError(TeaError):
 
 
 def check_url(url: str) -> str:
-    """``url`` when it is an http(s) URL with a host; otherwise :class:`PageError` saying why."""
-    parts = urlsplit(url.strip())
-    if parts.scheme not in ("http", "https"):
-        raise PageError(f"{url!r}: only http and https pages are read, not {parts.scheme or 'a bare path'!r}")
-    if not parts.hostname:
-        raise PageError(f"{url!r}: the URL has no host")
+    """``url`` when it is an http(s) URL with a host; otherwise :class:`PageError` saying why (the
+    address itself is checked by the egress policy when the page is fetched)."""
+    from tea_notebook.egress.policy import EgressPolicy
+
+    refused = EgressPolicy.check_form(url)
+    if refused is not None:
+        raise PageError(refused.reason)
     return url.strip()
+
+
+def refused(context: "Context | None", decision: "Decision") -> PageError:
+    """The error of a fetch the egress policy refused, reported to the run as ``egress_refused``."""
+    if context is not None:
+        context.notice("egress_refused", decision.as_event())
+    return PageError(decision.reason)
 
 
 class PageReader:
@@ -63,13 +75,20 @@ class PageReader:
 
     async def read(self, url: str, context: "Context") -> Page:
         """The page's text; raises :class:`PageError` naming the URL and the reason."""
-        url = check_url(url)
+        from tea_notebook.egress.policy import EgressPolicy, EgressRefused
+
+        early = EgressPolicy.check_form(url)
+        if early is not None:
+            raise refused(context, early)
+        url = url.strip()
         if self.browser == "always":
             return await self._via_browser(url, context)
         try:
             status, final, ctype, body = await asyncio.wait_for(self._fetch(url), self.timeout)
         except asyncio.TimeoutError:
             raise PageError(f"{url}: no complete answer within {self.timeout:g} s") from None
+        except EgressRefused as exc:
+            raise refused(context, exc.decision) from None
         if status >= 400:
             raise PageError(f"{url}: HTTP {status}")
         kind = ctype.split(";")[0].strip().lower()
@@ -95,13 +114,13 @@ class PageReader:
     async def _fetch(self, url: str) -> tuple[int, str, str, bytes]:
         import httpx
 
+        from tea_notebook.egress.transport import TooManyRedirects, fetch_following, policy_client
+
+        policy = self.workspace.egress
         try:
-            async with httpx.AsyncClient(
-                follow_redirects=True, max_redirects=5, headers={"User-Agent": USER_AGENT}, timeout=self.timeout
-            ) as client:
-                async with client.stream("GET", url) as response:
+            async with policy_client(policy, timeout=self.timeout, headers={"User-Agent": USER_AGENT}) as client:
+                async for response in fetch_following(client, policy, url, max_redirects=5):
                     final = str(response.url)
-                    check_url(final)
                     declared = int(response.headers.get("content-length") or 0)
                     if declared > self.max_bytes:
                         raise PageError(
@@ -114,12 +133,11 @@ class PageReader:
                             raise PageError(f"{url}: the body passed the reader's limit of {self.max_bytes / 1e6:g} MB")
                         chunks.append(chunk)
                     return response.status_code, final, response.headers.get("content-type", ""), b"".join(chunks)
-        except httpx.UnsupportedProtocol as exc:
-            raise PageError(f"{url}: redirected to a URL that is not http(s) ({exc})") from None
-        except httpx.TooManyRedirects:
+        except TooManyRedirects:
             raise PageError(f"{url}: more than 5 redirects") from None
         except httpx.HTTPError as exc:
             raise PageError(f"{url}: {type(exc).__name__}: {exc or 'connection failed'}") from None
+        raise PageError(f"{url}: no answer")
 
     async def _pdf(self, url: str, body: bytes, context: "Context") -> Page:
         from tea_notebook.envs.documents import DocumentConverter

@@ -32,17 +32,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tea_notebook._safe_open import folder_beneath
+from tea_notebook.egress import BRIDGE_SCRIPT
 from tea_notebook.envs import boundary
 from tea_notebook.envs._sandbox_child import folder_usage
 from tea_notebook.envs.base import Environment, EnvironmentFailure, action
 
 if TYPE_CHECKING:
+    from tea_notebook.egress.policy import Decision
+    from tea_notebook.egress.proxy import EgressProxy
     from tea_notebook.protocol.context import Context
 
 CHILD = Path(__file__).with_name("_sandbox_child.py")
 PACKAGE = Path(__file__).resolve().parents[1]  # tea_notebook/, bound read-only (an editable install's too)
 QUOTA_WATCH = 0.25  # seconds between the supervisor's checks of the run folder, during calls and between them
 MAX_ENTRIES = 100_000  # files and folders a run folder may hold
+MAX_REFUSALS_TOLD = 5  # refused network requests listed in one observation
 # what sandboxed code inherits from the parent's environment; nothing else (no keys, no tokens)
 PASSED_VARIABLES = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM")
 UNPRIVILEGED = boundary.SANDBOX_UID  # nobody
@@ -131,6 +136,7 @@ class PythonSandbox(Environment):
         quota_mb: int = 1024,
         tmp_mb: int = 64,
         isolation: str = "auto",
+        within: str | os.PathLike[str] | None = None,
     ):
         super().__init__(folder, context)
         if timeout <= 0 or memory_mb <= 0 or processes <= 0 or quota_mb <= 0 or tmp_mb <= 0:
@@ -152,7 +158,15 @@ class PythonSandbox(Environment):
         self.quota_mb = int(quota_mb)
         self.tmp_mb = int(tmp_mb)
         self.isolation = isolation
+        # a folder above ``folder`` in which other sandboxed code can write (a check folder inside a
+        # run folder): ``folder`` is then made and opened beneath it, never through a link left there
+        self.within = Path(os.path.abspath(within)) if within is not None else None
+        if self.within is not None and not Path(os.path.abspath(self.folder)).is_relative_to(self.within):
+            raise ValueError(f"folder {self.folder} is not inside within={self.within}")
+        self._root_fd: int | None = None  # the run folder, held open while a sandbox process may run
         self.boundary: boundary.Boundary | None = None  # known once started
+        self._proxy: "EgressProxy | None" = None  # the way out of a sandbox with network
+        self._refusals: list[str] = []  # egress refusals not yet told in an observation
         self._warned_run = False
         self._over = True  # whether the run folder was over its quota at the last check (check first)
         self.workdir = self.folder / "sandbox"
@@ -174,12 +188,18 @@ class PythonSandbox(Environment):
 
     async def stop(self) -> None:
         self.kill()
+        proxy, self._proxy = self._proxy, None
+        if proxy is not None:
+            proxy.close()
 
     async def reset(self) -> None:
         self.kill()
         await self.start()
 
     def kill(self) -> None:
+        root_fd, self._root_fd = self._root_fd, None
+        if root_fd is not None:
+            os.close(root_fd)
         proc, self._proc = self._proc, None
         if proc is None:
             return
@@ -241,7 +261,30 @@ class PythonSandbox(Environment):
             MKL_NUM_THREADS="1",
         )
         env.update(self.extra_env)
+        if self._proxy is not None:  # after the caller's variables: the proxy is the only way out
+            url = self._proxy.url if self._proxy.tcp else f"http://127.0.0.1:{boundary.EGRESS_PORT}"
+            for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
+                env[name] = url
+            env["NO_PROXY"] = env["no_proxy"] = ""
         return env
+
+    def _egress(self, tcp: bool) -> "EgressProxy":
+        """The egress proxy of this session (a Unix socket for bubblewrap, a loopback port otherwise)."""
+        if self._proxy is not None and self._proxy.tcp != tcp:
+            self._proxy.close()
+            self._proxy = None
+        if self._proxy is None:
+            from tea_notebook.egress.proxy import EgressProxy
+
+            self._proxy = EgressProxy(self.egress, on_refusal=self._refused, tcp=tcp).start()
+        return self._proxy
+
+    def _refused(self, decision: "Decision") -> None:
+        """A request of sandboxed code that the egress policy refused: a run event, and a note in the
+        next observation (called from the proxy's thread)."""
+        self._refusals.append(decision.reason)
+        if self.context is not None:
+            self.context.notice("egress_refused", decision.as_event())
 
     def _confinement(self) -> dict[str, Any]:
         """What confined code may touch: its working directory (read and write), the interpreter's
@@ -255,20 +298,31 @@ class PythonSandbox(Environment):
         readable.update(site.getsitepackages())
         return {"read": sorted(readable), "write": [str(self.workdir)], "network": self.network}
 
-    def _prepare_folders(self, uid: int | None, gid: int | None) -> None:
+    def _prepare_folders(self, uid: int | None, gid: int | None) -> int:
         """The working directory and its ``.tmp`` as real folders, given to ``uid`` when set. Worked
         through folder descriptors without following symlinks: earlier sandbox code may have put a
-        symlink in their place, and following it (mkdir, chown as root) would reach the host."""
-        self.folder.mkdir(parents=True, exist_ok=True)
-        fds = [os.open(self.folder, os.O_RDONLY | os.O_DIRECTORY)]
+        symlink in their place, and following it (mkdir, chown as root) would reach the host.
+        Returns a descriptor of the run folder (the caller closes it): bubblewrap binds that folder,
+        not whatever its path leads to by the time it starts. With ``within`` the run folder itself
+        is reached beneath that folder, through no link that leads out of it."""
+        if self.within is not None:
+            rel = os.path.relpath(os.path.abspath(self.folder), self.within)
+            fds = [folder_beneath(self.within, rel, create=True).fd]
+        else:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            fds = [os.open(self.folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)]
         try:
             for name in (self.workdir.name, ".tmp"):
                 fds.append(_plain_folder(fds[-1], name))
                 if uid is not None:
                     os.fchown(fds[-1], uid, gid)
-        finally:
+        except BaseException:
             for fd in fds:
                 os.close(fd)
+            raise
+        for fd in fds[1:]:
+            os.close(fd)
+        return fds[0]
 
     def _spawn(self) -> None:
         tool = None if self.isolation == "process" else boundary.bubblewrap()
@@ -278,7 +332,11 @@ class PythonSandbox(Environment):
                 "'apt-get install bubblewrap'; user namespaces must be enabled)"
             )
         uid, gid = (None, None) if tool else self._identity()
-        self._prepare_folders(uid, gid)
+        root_fd = self._prepare_folders(uid, gid)
+        if self._root_fd is not None:
+            os.close(self._root_fd)
+        self._root_fd = root_fd
+        proxy = self._egress(tcp=tool is None) if self.network else None
         # the uid the kernel counts processes against: this one, unless the fallback drops to nobody
         outside_root = os.geteuid() == 0 and uid is None
         config = {
@@ -294,6 +352,10 @@ class PythonSandbox(Environment):
             "uid": uid,
             "gid": gid,
             "confine": self._confinement() if self.confine else None,
+            # inside bubblewrap the supervisor serves the loopback port that leads to the egress proxy
+            "egress": {"bridge": str(BRIDGE_SCRIPT), "socket": boundary.EGRESS_SOCKET, "port": boundary.EGRESS_PORT}
+            if self.network and tool
+            else None,
             # the supervisor watches the run folder all the time, between calls too
             "quota": {
                 "root": str(self.folder),
@@ -309,10 +371,12 @@ class PythonSandbox(Environment):
                 tool,
                 python=self.python,
                 folder=self.folder,
+                folder_fd=root_fd,
                 workdir=self.workdir,
                 readonly=[str(PACKAGE)],  # the sandbox's own server, and tea_notebook importable inside
                 network=self.network,
                 tmp_mb=self.tmp_mb,
+                egress_socket=proxy.socket_path if proxy is not None else None,
             )
         else:
             prefix = _namespace_prefix()
@@ -323,10 +387,10 @@ class PythonSandbox(Environment):
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,
-                cwd=str(self.workdir),
+                cwd="/" if tool else str(self.workdir),  # bubblewrap enters the working directory itself
                 env=self._environment(),
                 start_new_session=True,
-                pass_fds=fds,
+                pass_fds=[*fds, root_fd] if tool else fds,
             )
         except OSError as exc:
             raise EnvironmentFailure(f"cannot start the sandbox interpreter {self.python}: {exc.strerror}") from None
@@ -368,6 +432,11 @@ class PythonSandbox(Environment):
             reasons = boundary.fallback_reasons(
                 root_inside=hello.get("uid") == 0, isolated=bool(prefix), chosen=self.isolation == "process"
             )
+            if self.network:
+                reasons += (
+                    " With network=True the host's network is shared: the egress policy binds only programs that "
+                    "use HTTP_PROXY (set to its proxy)."
+                )
             self.boundary = boundary.Boundary("process", True, False, hello.get("uid"), reasons)
             boundary.fallback_warning(reasons)
 
@@ -410,7 +479,17 @@ class PythonSandbox(Environment):
         PATH_MAX is counted), symlinks not followed. The count stops early past :data:`MAX_ENTRIES`,
         which is itself over quota. (Files deleted but held open are counted by the supervisor inside
         the sandbox, which sees its processes' descriptors.)"""
-        return folder_usage(self.folder, MAX_ENTRIES)
+        held = self._root_fd  # the folder the sandbox has, not what its path leads to now
+        try:
+            fd = os.dup(held) if held is not None else None  # kill() may close it meanwhile
+        except OSError:
+            fd = None
+        if fd is None:
+            return folder_usage(self.folder, MAX_ENTRIES)
+        try:
+            return folder_usage(".", MAX_ENTRIES, dir_fd=fd)
+        finally:
+            os.close(fd)
 
     def _over_quota(self) -> tuple[int, int] | None:
         """The run folder's usage when it is over the quota, else None (remembered for the next call)."""
@@ -440,7 +519,18 @@ class PythonSandbox(Environment):
             pass
 
     def request(self, op: str, timeout: float | None = None, **fields: Any) -> ExecResult:
-        """Run one request; restarts a dead or killed child first (saying so)."""
+        """Run one request; restarts a dead or killed child first (saying so). Network requests the
+        egress policy refused meanwhile are listed in the result's notes."""
+        result = self._request(op, timeout, **fields)
+        refusals, self._refusals = self._refusals, []
+        told = list(dict.fromkeys(refusals))
+        for reason in told[:MAX_REFUSALS_TOLD]:
+            result.notes.append(f"Network request refused: {reason}")
+        if len(told) > MAX_REFUSALS_TOLD:
+            result.notes.append(f"… and {len(told) - MAX_REFUSALS_TOLD} more refused network requests")
+        return result
+
+    def _request(self, op: str, timeout: float | None = None, **fields: Any) -> ExecResult:
         limit = float(timeout or self.timeout)
         with self._lock:
             self.calls += 1

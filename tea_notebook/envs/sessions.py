@@ -134,6 +134,7 @@ class SessionManager:
         self._starting[key] = future
         try:
             env = runtime.cls(self.folder(key[1]), context=context, **runtime.config)
+            env.egress = self.workspace.egress  # the one policy its network actions go through
             env.name = runtime.name  # type: ignore[misc] - the registered name, per instance
             _register_atexit()
             try:

@@ -8,11 +8,17 @@ spec and the attachments travel with the task.
 is already initialised or ``address=`` names a cluster to join. A worker that dies mid-task makes
 that task an error with the reason; the evaluation goes on. Ray is an optional extra:
 ``pip install tea_notebook[ray]``.
+
+What comes back from a worker is redacted again in the driver before it is stored
+(:func:`redacted_tree`): the worker redacts with what it knows, but a secret set only in the
+driver's environment is known only here. Attachments are written in the worker beneath its task
+folder without following links, under a plain file name.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import sys
@@ -25,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from tea_notebook.errors import TeaError
 from tea_notebook.eval.attempt import GRACE, Attempt, Limits
 from tea_notebook.eval.spec import export_spec
+from tea_notebook.redaction import redact
 
 if TYPE_CHECKING:
     from tea_notebook.eval.tasks import Task
@@ -84,12 +91,10 @@ def remote_task(
 
     folder = Path(tempfile.mkdtemp(prefix="tea-eval-"))
     try:
-        files = []
-        for i, item in enumerate(payload.pop("attachments", [])):
-            target = folder / "files" / str(i) / item["name"]
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(item["data"])
-            files.append(str(target))
+        files = [
+            str(folder / write_attachment(folder, i, item["name"], item["data"]))
+            for i, item in enumerate(payload.pop("attachments", []))
+        ]
         task = Task.from_dict({**payload, "files": files})
         ws, agent = build_workspace(spec, folder / "ws")
         try:
@@ -111,6 +116,95 @@ def remote_task(
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def attachment_name(name: Any) -> str:
+    """A plain file name for an attachment, or a TeaError: no folder part, no ``..``, nothing hidden
+    in it (the name travels with the task and becomes a path where it lands)."""
+    text = str(name)
+    if not text or text in (".", "..") or "/" in text or "\\" in text or "\0" in text:
+        raise TeaError(f"attachment name {text!r} refused: it must be a plain file name, not a path")
+    return text
+
+
+def write_attachment(folder: Path, index: int, name: Any, data: bytes) -> str:
+    """Write one attachment at ``files/<index>/<name>`` beneath ``folder`` without following links
+    (:class:`~tea_notebook.envs.safe_open.Beneath`); returns the path relative to ``folder``."""
+    from tea_notebook.envs.safe_open import Beneath
+
+    rel = f"files/{int(index)}/{attachment_name(name)}"
+    beneath = Beneath(folder)
+    try:
+        opened = beneath.open(rel, "write")
+    finally:
+        beneath.close()
+    with os.fdopen(opened.fd, "wb") as out:
+        out.truncate(0)
+        out.write(bytes(data))
+    return rel
+
+
+def redacted_tree(tree: dict[str, Any]) -> dict[str, Any]:
+    """A worker's run tree as the driver stores it: every event field and run row redacted again
+    here, clipped texts first restored from the tree's full texts (so a secret past the clip is
+    found too), then clipped again with new full texts. Full texts the tree carries that no field
+    points to are not imported."""
+    from tea_notebook.store.blobs import blob_ref, build, clip, clip_value, digest
+
+    kept = {row[0]: (row[2], row[3]) for row in tree.get("blobs") or []}
+    memo: dict[str, str | None] = {}
+
+    def full(key: str, depth: int = 0) -> str | None:
+        if key in memo:
+            return memo[key]
+        data, recipe = kept.get(key, (None, None))
+        text: str | None = None
+        try:
+            if data is not None:
+                text = bytes(data).decode("utf-8", "surrogatepass")
+            elif recipe is not None and depth < 16:
+                text = build(json.loads(recipe), lambda k: full(k, depth + 1))
+        except (ValueError, TypeError, KeyError):
+            text = None
+        memo[key] = text if text is not None and digest(text) == key else None
+        return memo[key]
+
+    def expand(value: Any) -> Any:
+        if isinstance(value, str):
+            key = blob_ref(value) if "full text: ws.events.full_text('sha256:" in value[-200:] else None
+            restored = full(key) if key else None
+            return value if restored is None else restored
+        if isinstance(value, dict):
+            return {k: expand(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [expand(v) for v in value]
+        return value
+
+    blobs: dict[str, str] = {}
+    events = []
+    for row in tree.get("events") or []:
+        *head, data = row
+        clean = clip_value(redact(expand(json.loads(data) if isinstance(data, str) else data)), blobs)
+        events.append([*head, json.dumps(clean)])
+    runs = []
+    for row in tree.get("runs") or []:
+        out = {}
+        for column, value in row.items():
+            if isinstance(value, str) and column not in ("id", "parent_id", "forked_from"):
+                text = str(redact(expand(value)))
+                value, key = clip(text)
+                if key is not None:
+                    blobs[key] = text
+            out[column] = value
+        runs.append(out)
+    stored = [[key, len(text), text.encode("utf-8", "surrogatepass"), None] for key, text in blobs.items()]
+    return {"runs": runs, "events": events, "blobs": stored}
+
+
+def redacted_attempt(data: dict[str, Any]) -> dict[str, Any]:
+    """A worker's attempt with its texts (answer, error, model) redacted here."""
+    texts = ("answer", "error", "model")
+    return {k: str(redact(v)) if k in texts and isinstance(v, str) else v for k, v in data.items()}
+
+
 class RayExecutor:
     """Runs each task as a Ray task and imports its run tree into the driver's workspace."""
 
@@ -130,7 +224,8 @@ class RayExecutor:
         ray = _ray()
         self.ws, self.limits, self.model, self.prompt = ws, limits, model, prompt
         if not ray.is_initialized():
-            options: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
+            # quiet in a cell: no workers' output, no INFO/WARNING banners from Ray's own logger
+            options: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "logging_level": "ERROR"}
             if address is None:
                 options["num_cpus"] = max(concurrency, 1)
             ray.init(address=address, **options)
@@ -169,19 +264,19 @@ class RayExecutor:
             ray.cancel(ref, force=True)
             raise
         except ray.exceptions.RayError as exc:
-            first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
+            first = str(redact(str(exc).strip().splitlines()[0][:300])) if str(exc).strip() else ""
             return Attempt(
                 task.id, run_status="error", error=f"the Ray worker running it failed ({type(exc).__name__}): {first}"
             )
         if out.get("tree"):
-            self.ws.db.import_run_tree(out["tree"])
-        return Attempt(**out["attempt"])
+            self.ws.db.import_run_tree(redacted_tree(out["tree"]))
+        return Attempt(**redacted_attempt(out["attempt"]))
 
     async def close(self) -> None:
         """Ray stays up for the next evaluation (``ray.shutdown()`` stops it)."""
 
 
-__all__ = ["RayExecutor", "remote_task"]
+__all__ = ["RayExecutor", "attachment_name", "redacted_attempt", "redacted_tree", "remote_task", "write_attachment"]
 
 
 def _connected_address(ray: Any) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
     from tea_notebook.workspace import Workspace
@@ -30,6 +30,8 @@ class Context:
         # model call settings for this run tree (``api_base``, ``timeout``, ``retries``), over the workspace's
         self.model_options: dict[str, Any] = parent.model_options if parent is not None else {}
         self.is_run = False
+        # where notices of this run tree go (a run sets it: they become its events); see notice()
+        self.notices: Callable[[str, dict[str, Any]], None] | None = parent.notices if parent is not None else None
         self._bound: dict[str, list[str]] = {}
         self._state: dict[str, dict[str, Any]] = {}
         self._ran_ok: set[str] = set()
@@ -74,6 +76,18 @@ class Context:
     def has_succeeded(self, name: str) -> bool:
         """True once ``name`` has been invoked successfully in this context."""
         return name in self._ran_ok
+
+    def forget(self, prefix: str = "") -> None:
+        """Forget the successes of names starting with ``prefix`` (all by default): what they set up
+        is gone (an environment was reset or stopped), so preconditions on them hold no longer."""
+        with self._lock:
+            self._ran_ok = {n for n in self._ran_ok if not n.startswith(prefix)} if prefix else set()
+
+    def notice(self, kind: str, data: dict[str, Any]) -> None:
+        """Tell the run this context belongs to that something happened (an event ``kind`` of the run,
+        e.g. ``egress_refused``); nothing happens outside a run."""
+        if self.notices is not None:
+            self.notices(kind, data)
 
     def close(self) -> None:
         """Unbind everything and drop shared state."""

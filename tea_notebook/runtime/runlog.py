@@ -39,6 +39,7 @@ class RunLog:
         self.run_id = self.events.new_id()
         self.ctx = Context(self.run_id, parent=parent)
         self.ctx.is_run = True
+        self.ctx.notices = self.notice  # what this run's environments report (egress refusals) are its events
         # a caller's plain context (a notebook cell's) lends only its stop signal: this run is the
         # root of its own tree, with its own grants, sessions and run folder; a calling run is the parent
         self.parent_run = parent.id if getattr(parent, "is_run", False) else None
@@ -50,10 +51,24 @@ class RunLog:
         self.prompt_tokens = self.completion_tokens = 0
         self.cost = 0.0
 
-    def emit(self, type_: str, data: dict[str, Any] | None = None, step: int | None = None) -> None:
-        """One event of this run."""
+    def emit(
+        self,
+        type_: str,
+        data: dict[str, Any] | None = None,
+        step: int | None = None,
+        uses: list[tuple[str, list[tuple]]] | None = None,
+    ) -> None:
+        """One event of this run (``uses``: invocation counts written in the same transaction)."""
         payload = {"root_run": self.ctx.root, "agent": self.agent_name, **(data or {})}
-        self.events.emit(self.run_id, type_, payload, parent_id=self.parent_run, step=step, flush=type_ in DURABLE)
+        self.events.emit(
+            self.run_id, type_, payload, parent_id=self.parent_run, step=step, flush=type_ in DURABLE, uses=uses
+        )
+
+    def notice(self, kind: str, data: dict[str, Any]) -> None:
+        """An event reported by an environment or a network action of this run (any thread), filed
+        under the step in progress."""
+        done = getattr(self, "steps", 0)
+        self.emit(kind, data, (len(done) if isinstance(done, list) else int(done)) + 1)
 
     def attach(self, files: list[str]) -> list[str]:
         """Absolute paths of ``files``; at the root of a run tree (a person's call) they become the
