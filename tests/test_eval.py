@@ -562,6 +562,12 @@ def test_plots_of_one_evaluation_and_of_two_side_by_side(ws, solver):
     cmp = a.compare(b)
     assert len(cmp.axes) == 3 and "A: 5/6" in cmp._suptitle.get_text() and "B: 0/6" in cmp._suptitle.get_text()
     assert cmp._suptitle.get_text().count("(scripted, not an LLM)") == 2
+    # steps and task numbers tick at whole numbers only
+    for figure, ax in ((fig, fig.axes[2]), (fig, fig.axes[3]), (cmp, cmp.axes[2])):
+        figure.canvas.draw()
+        low, high = ax.get_xlim()
+        ticks = [t for t in ax.get_xticks() if low <= t <= high]
+        assert ticks and all(float(t).is_integer() for t in ticks), (ax.get_title(), ticks)
 
 
 # -- the sample set ----------------------------------------------------------------------------------------
@@ -707,6 +713,87 @@ def test_ray_runs_tasks_ships_back_trajectories_and_survives_a_dead_worker(ws, l
     assert again.skipped == 6 and [r.run_id for r in again] == [r.run_id for r in results]
 
 
+DRIVER_SECRET_NAME = "TEA_TEST_DRIVER_ONLY_SECRET"
+DRIVER_SECRET = "drv-only-Zq8k3LmN0pX7"  # no known shape: only the driver's environment makes it a secret
+
+
+def _echo_solver(messages, tools):
+    """Scripted (runs inside the Ray worker): answers with the attached file's text, once short and once
+    past the stored clip, and says whether the worker knows the driver's secret."""
+    text = " ".join(m["content"] for m in messages if isinstance(m.get("content"), str))
+    said = Path(re.search(r"Attached files \(absolute paths\): ([^\s<]+)", text).group(1)).read_text().strip()
+    known = DRIVER_SECRET_NAME in os.environ
+    return call("done", success=True, text=f"FINAL ANSWER: {said} worker-knows={known} " + "x" * 70_000 + said)
+
+
+def _raw_store(ws) -> bytes:
+    ws.events.flush()
+    return b"".join(p.read_bytes() for p in ws.path.glob("tea.db*"))
+
+
+def test_a_worker_run_tree_is_redacted_again_by_the_driver(tmp_path, monkeypatch):
+    from tea_notebook.eval.ray_engine import redacted_tree
+
+    monkeypatch.delenv(DRIVER_SECRET_NAME, raising=False)
+    worker = tea_notebook.Workspace(tmp_path / "worker", embedder="hashing")  # knows no secret
+    model = ScriptedModel([call("done", success=True, text=f"said {DRIVER_SECRET} " + "y" * 70_000 + DRIVER_SECRET)])
+    result = worker.agent("w", model=model.name, tools=[]).run_sync(f"Echo {DRIVER_SECRET}")
+    worker.events.flush()
+    tree = worker.db.export_run_tree(result.run_id)
+    worker.close()
+    assert DRIVER_SECRET.encode() in _raw_store(worker)  # the worker stored it: it did not know
+    driver = tea_notebook.Workspace(tmp_path / "driver", embedder="hashing")
+    try:
+        monkeypatch.setenv(DRIVER_SECRET_NAME, DRIVER_SECRET)
+        driver.db.import_run_tree(redacted_tree(tree))
+        assert DRIVER_SECRET.encode() not in _raw_store(driver)
+        traj = driver.trajectory(result.run_id)
+        assert f"[{DRIVER_SECRET_NAME} redacted]" in traj.answer and traj.task.startswith("Echo [")
+        final = [e for e in driver.events.events(result.run_id) if e.type == "run_finished"][-1]
+        text = driver.events.full_text(final.data["answer"])  # the clipped field's full text
+        assert len(text) > 70_000 and text.endswith(f"[{DRIVER_SECRET_NAME} redacted]")
+    finally:
+        driver.close()
+
+
+def test_attachments_land_beneath_the_task_folder_under_a_plain_name(tmp_path):
+    from tea_notebook.eval.ray_engine import write_attachment
+
+    folder = tmp_path / "task"
+    folder.mkdir()
+    outside = tmp_path / "outside.txt"
+    outside.write_text("keep")
+    assert write_attachment(folder, 0, "notes.txt", b"hello") == "files/0/notes.txt"
+    assert (folder / "files/0/notes.txt").read_bytes() == b"hello"
+    for bad in ("../escape.txt", "/etc/passwd", "..", "", "a/b.txt"):
+        with pytest.raises(TeaError, match="must be a plain file name"):
+            write_attachment(folder, 1, bad, b"x")
+    (folder / "files" / "2").mkdir(parents=True)
+    (folder / "files" / "2" / "planted.txt").symlink_to(outside)  # a link where the file will be written
+    with pytest.raises(Exception, match="leads outside"):
+        write_attachment(folder, 2, "planted.txt", b"overwritten")
+    (folder / "files" / "3").symlink_to(tmp_path)  # a folder swapped for a link out
+    with pytest.raises(Exception, match="leads outside"):
+        write_attachment(folder, 3, "outside.txt", b"overwritten")
+    assert outside.read_text() == "keep"
+
+
+@pytest.mark.slow
+def test_ray_runs_are_redacted_again_with_the_drivers_secrets(ws, local_ray, monkeypatch, tmp_path):
+    monkeypatch.setenv(DRIVER_SECRET_NAME, DRIVER_SECRET)  # after Ray started: its workers never see it
+    note = tmp_path / "note.txt"  # the secret reaches the worker only inside an attachment
+    note.write_text(DRIVER_SECRET)
+    agent = ws.agent("echo", model=ScriptedModel(_echo_solver).name, tools=[])
+    task = {"id": "e", "question": "What does the file say?", "answer": "x", "files": [str(note)]}
+    results = evaluate(ws, agent, [task], name="redact-on-ray", engine="ray", progress="off")
+    attempt = results["e"]
+    assert attempt.run_id and "worker-knows=False" in attempt.raw_answer  # the worker could not redact it
+    assert DRIVER_SECRET not in attempt.raw_answer and f"[{DRIVER_SECRET_NAME} redacted]" in attempt.raw_answer
+    assert DRIVER_SECRET.encode() not in _raw_store(ws)
+    traj = ws.trajectory(attempt.run_id)
+    assert f"[{DRIVER_SECRET_NAME} redacted]" in traj.answer and "worker-knows=False" in traj.answer
+
+
 def test_tn_eval_is_reached_from_the_package_without_importing_heavy_modules():
     code = (
         "import sys, tea_notebook as tn\n"
@@ -718,3 +805,27 @@ def test_tn_eval_is_reached_from_the_package_without_importing_heavy_modules():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.slow
+def test_the_ray_engine_starts_ray_without_printing_into_the_cell(tmp_path):
+    """The local Ray that ``engine="ray"`` starts prints no banners or warnings (its logger at ERROR,
+    workers' output not forwarded): in a fresh process, because the module's Ray is started by hand."""
+    pytest.importorskip("ray")
+    code = (
+        "import sys, tempfile, tea_notebook as tn\n"
+        "from tea_notebook.models.offline import ScriptedModel, call\n"
+        "from tea_notebook.eval.runner import evaluate\n"
+        f"ws = tn.Workspace({str(tmp_path / 'ws')!r}, embedder='hashing')\n"
+        "m = ScriptedModel(lambda messages, tools: call('done', success=True, text='4'), name='quiet-ray')\n"
+        "agent = ws.agent('solver', model=m.name, tools=[])\n"
+        "print('BEGIN', file=sys.stderr, flush=True)\n"
+        "r = evaluate(ws, agent, [{'id': 'a', 'question': '2+2', 'answer': '4'}], engine='ray', progress='off')\n"
+        "print('END', file=sys.stderr, flush=True)\n"
+        "print(r.correct)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "1"
+    during = out.stderr.split("BEGIN", 1)[1].split("END", 1)[0].strip()
+    assert during == "", during[-2000:]

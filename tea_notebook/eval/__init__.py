@@ -6,6 +6,12 @@ LLM judge), store each result in the workspace as it ends (resumable), in this p
     results = evaluate(ws, ws.agent("solver", model=...), datasets.sample_path(), name="sample-1")
     results.plot()
 
+Repeated runs with their spread (``epochs=5``: ``accuracy 0.63 ± 0.04 (k=5, 30 tasks)``, pass@k, pass^k,
+reducers; :mod:`.stats`), retries of samples the model provider failed (:mod:`.failures`), trajectory
+checks (:mod:`.checks`), eval sets of agents × models × task files with intervals and a paired bootstrap
+(:mod:`.sets`), a model preflight (:mod:`.doctor`), and Inspect AI logs and agents (:mod:`.inspect_log`,
+:mod:`.inspect_run`).
+
 Nothing is imported until used (``tea_notebook.eval.gaia_score`` loads only the scorer).
 """
 
@@ -34,6 +40,26 @@ _EXPORTS = {
     "EvalResults": "tea_notebook.eval.results",
     "TaskResult": "tea_notebook.eval.results",
     "Limits": "tea_notebook.eval.attempt",
+    "eval_set": "tea_notebook.eval.sets",
+    "aeval_set": "tea_notebook.eval.sets",
+    "load_set": "tea_notebook.eval.sets",
+    "EvalSet": "tea_notebook.eval.sets",
+    "Configuration": "tea_notebook.eval.sets",
+    "Estimate": "tea_notebook.eval.stats",
+    "paired_bootstrap": "tea_notebook.eval.stats",
+    "pass_at_k": "tea_notebook.eval.stats",
+    "pass_hat_k": "tea_notebook.eval.stats",
+    "tool_called": "tea_notebook.eval.checks",
+    "tool_not_called": "tea_notebook.eval.checks",
+    "max_steps": "tea_notebook.eval.checks",
+    "no_tool_errors": "tea_notebook.eval.checks",
+    "cost_under": "tea_notebook.eval.checks",
+    "Rubric": "tea_notebook.eval.checks",
+    "write_inspect_log": "tea_notebook.eval.inspect_log",
+    "inspect_agent": "tea_notebook.eval.inspect_run",
+    "preflight": "tea_notebook.eval.doctor",
+    "apreflight": "tea_notebook.eval.doctor",
+    "Preflight": "tea_notebook.eval.doctor",
 }
 _SUBMODULES = (
     "datasets",
@@ -46,6 +72,13 @@ _SUBMODULES = (
     "progress",
     "spec",
     "ray_engine",
+    "stats",
+    "failures",
+    "checks",
+    "sets",
+    "inspect_log",
+    "inspect_run",
+    "doctor",
 )
 
 __all__ = [*_EXPORTS, "datasets"]

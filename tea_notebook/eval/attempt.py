@@ -132,6 +132,8 @@ async def run_task(
         kwargs["model"] = model
     if limits.max_steps is not None and _accepts(agent.run, "max_steps"):
         kwargs["max_steps"] = limits.max_steps
+    if _accepts(agent.run, "raise_on_error"):
+        kwargs["raise_on_error"] = False  # a run that ended in error is an attempt to score and store
     question = prompt.format(question=task.question, level=task.level or "", task_id=task.id)
     started = time.perf_counter()
     token = _slot.set(slot)

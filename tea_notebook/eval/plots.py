@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from tea_notebook.runtime.plots import subplots, whole_numbers
+
 if TYPE_CHECKING:
     from tea_notebook.eval.results import EvalResults
 
@@ -61,7 +63,7 @@ def _levels(
 def plot_evaluation(results: "EvalResults", window: int = 10) -> Any:
     """Four panels: accuracy by level, cost per task, steps per task, rolling accuracy over tasks."""
     plt = _pyplot()
-    fig, axes = plt.subplots(1, 4, figsize=(15, 3.4), constrained_layout=True)
+    fig, axes = subplots(1, 4, figsize=(15, 3.4), constrained_layout=True)
     _levels(axes[0], results)
     axes[0].set_title("accuracy by level")
     rows = results.results
@@ -75,6 +77,9 @@ def plot_evaluation(results: "EvalResults", window: int = 10) -> Any:
     axes[3].set_ylim(-5, 105)
     axes[3].set_title(f"accuracy over tasks (last {window})")
     axes[3].set_xlabel("task (in order)")
+    whole_numbers(axes[2], y=True)  # steps and task counts
+    whole_numbers(axes[1], x=False, y=True)
+    whole_numbers(axes[3])
     errors = [i + 1 for i, r in enumerate(rows) if r.status == "error"]
     if errors:
         axes[3].scatter(errors, [0] * len(errors), marker="x", color="#9a6700", label="error")
@@ -87,7 +92,7 @@ def plot_evaluation(results: "EvalResults", window: int = 10) -> Any:
 def plot_comparison(a: "EvalResults", b: "EvalResults", window: int = 10) -> Any:
     """Two evaluations side by side: accuracy by level, cost per task, rolling accuracy."""
     plt = _pyplot()
-    fig, axes = plt.subplots(1, 3, figsize=(14, 3.4), constrained_layout=True)
+    fig, axes = subplots(1, 3, figsize=(14, 3.4), constrained_layout=True)
     keys = sorted(set(a.by_level()) | set(b.by_level()))
     _levels(axes[0], a, -0.2, 0.4, a.name, keys)
     _levels(axes[0], b, 0.2, 0.4, b.name, keys)
@@ -101,6 +106,7 @@ def plot_comparison(a: "EvalResults", b: "EvalResults", window: int = 10) -> Any
     axes[2].set_ylim(-5, 105)
     axes[2].set_title(f"accuracy over tasks (last {window})")
     axes[2].set_xlabel("task (in order)")
+    whole_numbers(axes[2])
     axes[2].legend(fontsize=8)
     fig.suptitle(
         " · ".join(
@@ -114,4 +120,23 @@ def plot_comparison(a: "EvalResults", b: "EvalResults", window: int = 10) -> Any
     return fig
 
 
-__all__ = ["plot_comparison", "plot_evaluation", "rolling_accuracy"]
+def plot_set(eval_set: Any, score: str = "correct") -> Any:
+    """An eval set's configurations: each one's mean ``score`` with its 95% interval as an error bar."""
+    plt = _pyplot()
+    rows = eval_set.table(score)
+    fig, ax = plt.subplots(figsize=(max(4.0, 1.3 * len(rows) + 2), 3.4), constrained_layout=True)
+    means = [r["mean"] for r in rows]
+    errs = [[r["mean"] - r["ci95_low"] for r in rows], [r["ci95_high"] - r["mean"] for r in rows]]
+    ax.bar(range(len(rows)), means, yerr=errs, capsize=6, color="#0969da", alpha=0.85)
+    for i, r in enumerate(rows):
+        ax.annotate(f"{r['mean']:.2f}±{r['stderr']:.2f}", (i, r["ci95_high"]), ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(range(len(rows)), [r["config"] for r in rows], rotation=15 if len(rows) > 3 else 0)
+    ax.set_ylim(0, 1.15)
+    ax.set_ylabel(f"{score} (mean over tasks)")
+    ks = sorted({r["epochs"] for r in rows})
+    ax.set_title(f"eval set {eval_set.name}: 95% CI (k={', '.join(map(str, ks))})", fontsize=10)
+    plt.close(fig)
+    return fig
+
+
+__all__ = ["plot_comparison", "plot_evaluation", "plot_set", "rolling_accuracy"]

@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from tea_notebook.eval.stats import Estimate
     from tea_notebook.runtime.trajectory import Trajectory
     from tea_notebook.workspace import Workspace
 
@@ -56,6 +57,21 @@ class TaskResult:
     model: str = ""
     attempts: int = 1
     extra: dict[str, Any] = field(default_factory=dict)
+    #: which of the task's repeated runs this is (1 … epochs)
+    epoch: int = 1
+    #: named scores of the sample: ``correct`` (the answer's, 1.0 or 0.0) and one per trajectory check
+    scores: dict[str, float] = field(default_factory=dict)
+    #: the sample ended because the model provider failed (after ``retries``): not the agent's outcome,
+    #: left out of every score and run again on resume
+    infra_error: bool = False
+    #: runs of this sample retried because the provider failed (their ids in ``retried_runs``)
+    retries: int = 0
+    retried_runs: list[str] = field(default_factory=list)
+
+    @property
+    def key(self) -> str:
+        """The sample's key in the store: the task id for epoch 1, ``task_id#epoch`` after."""
+        return sample_key(self.task_id, self.epoch)
 
     @property
     def tokens(self) -> int:
@@ -73,7 +89,18 @@ class TaskResult:
     def from_row(cls, row: dict[str, Any]) -> "TaskResult":
         """A stored result back (unknown keys of newer versions are ignored)."""
         known = set(cls.__dataclass_fields__)
-        return cls(**{k: v for k, v in row.items() if k in known and k != "finished"})
+        data = {k: v for k, v in row.items() if k in known and k != "finished"}
+        epoch = int(data.get("epoch") or 1)
+        suffix = f"#{epoch}"
+        if epoch > 1 and str(data.get("task_id", "")).endswith(suffix):
+            data["task_id"] = data["task_id"][: -len(suffix)]
+        return cls(**data)
+
+
+def sample_key(task_id: str, epoch: int) -> str:
+    """The store's key of one sample: the task id for the first epoch (so an evaluation run once
+    and later repeated keeps its first runs), ``task_id#epoch`` for the others."""
+    return task_id if epoch == 1 else f"{task_id}#{epoch}"
 
 
 def _pct(n: int, d: int) -> str:
@@ -99,12 +126,13 @@ class EvalResults:
         skipped: int = 0,
     ):
         self.name = name
-        self.results = sorted(results, key=lambda r: (r.position, r.task_id))
+        self.results = sorted(results, key=lambda r: (r.position, r.task_id, r.epoch))
         self.workspace = workspace
         self.total = total if total is not None else len(results)
         self.stopped = stopped
         self.config = dict(config or {})
         self.skipped = skipped  # results that were already stored when this call started
+        self._reducer: Any = None
 
     @classmethod
     def load(cls, workspace: "Workspace", name: str) -> "EvalResults":
@@ -125,10 +153,13 @@ class EvalResults:
     def __iter__(self):
         return iter(self.results)
 
-    def __getitem__(self, key: int | str) -> TaskResult:
+    def __getitem__(self, key: int | str | tuple[str, int]) -> TaskResult:
+        """A sample by position, by task id (its first epoch), by ``"task#epoch"`` or ``(task, epoch)``."""
+        if isinstance(key, tuple):
+            key = sample_key(*key)
         if isinstance(key, str):
             for r in self.results:
-                if r.task_id == key:
+                if r.key == key:
                     return r
             raise KeyError(key)
         return self.results[key]
@@ -144,9 +175,122 @@ class EvalResults:
         return sum(1 for r in self.results if r.status == "error")
 
     @property
+    def infra_errors(self) -> int:
+        """Samples that ended because the model provider failed (left out of every score)."""
+        return sum(1 for r in self.results if r.infra_error)
+
+    @property
     def accuracy(self) -> float:
-        """Correct answers over tasks with a result (0.0 when none)."""
-        return self.correct / len(self.results) if self.results else 0.0
+        """Correct answers over the samples with a result, provider failures left out (0.0 when none)."""
+        scored = [r for r in self.results if not r.infra_error]
+        return sum(1 for r in scored if r.correct) / len(scored) if scored else 0.0
+
+    # -- repeated runs: means with their spread ------------------------------------------------
+    @property
+    def epochs(self) -> int:
+        """Samples asked per task (the ``epochs`` the evaluation was last run with)."""
+        return int(self.config.get("epochs") or max((r.epoch for r in self.results), default=1))
+
+    @property
+    def reducer(self) -> Any:
+        """How a task's samples become one score (``mean`` unless the evaluation said otherwise)."""
+        return self._reducer or self.config.get("reducer") or "mean"
+
+    def with_reducer(self, reducer: Any) -> "EvalResults":
+        """The same results whose task scores are reduced with ``reducer`` (a name or a function)."""
+        from tea_notebook.eval.stats import resolve_reducer
+
+        resolve_reducer(reducer)
+        other = EvalResults(
+            self.name,
+            self.results,
+            workspace=self.workspace,
+            total=self.total,
+            stopped=self.stopped,
+            config=self.config,
+            skipped=self.skipped,
+        )
+        other._reducer = reducer
+        return other
+
+    def score_names(self) -> list[str]:
+        """The named scores of the samples: ``correct`` first, then each trajectory check's."""
+        names = ["correct"]
+        for r in self.results:
+            names.extend(n for n in r.scores if n not in names)
+        return names
+
+    def samples(self, score: str = "correct") -> dict[str, list[float]]:
+        """``task_id -> [score of each epoch]`` in task order; a sample that failed on the provider's
+        side has no score, an agent's error scores 0 on ``correct`` and has no check scores."""
+        out: dict[str, list[float]] = {}
+        for r in self.results:
+            values = out.setdefault(r.task_id, [])
+            if r.infra_error:
+                continue
+            if score == "correct":
+                values.append(1.0 if r.correct else 0.0)
+            elif score in r.scores:
+                values.append(float(r.scores[score]))
+        return out
+
+    def task_scores(self, score: str = "correct") -> dict[str, float]:
+        """Each task's samples reduced to one score with :attr:`reducer`."""
+        from tea_notebook.eval.stats import reduce_scores
+
+        return reduce_scores(self.samples(score), self.reducer)
+
+    def estimate(self, score: str = "correct") -> "Estimate":
+        """The mean over tasks of their reduced scores, with its standard error over tasks."""
+        from tea_notebook.eval.stats import Estimate
+
+        return Estimate.of(list(self.task_scores(score).values()))
+
+    def pass_at(self, k: int | None = None) -> float | None:
+        """pass@k (default k = epochs) averaged over the tasks with at least k scored samples (None
+        when none has): the unbiased estimator, which is "any of the k" when a task has exactly k."""
+        return self._over_tasks(k, "pass_at_k")
+
+    def pass_hat(self, k: int | None = None) -> float | None:
+        """pass^k (default k = epochs): the chance that all k samples of a task are correct,
+        averaged over the tasks with at least k scored samples (None when none has)."""
+        return self._over_tasks(k, "pass_hat_k")
+
+    def _over_tasks(self, k: int | None, which: str) -> float | None:
+        from tea_notebook.eval import stats
+
+        k = k or self.epochs
+        fn = getattr(stats, which)
+        values = [fn(len(v), int(sum(v)), k) for v in self.samples().values() if len(v) >= k]
+        return stats.mean(values) if values else None
+
+    def per_task(self) -> list[dict[str, Any]]:
+        """One row per task: samples, correct ones, mean ± stderr over its epochs, pass@k, pass^k."""
+        from tea_notebook.eval import stats
+
+        k = self.epochs
+        rows = []
+        for task, values in self.samples().items():
+            c = int(sum(values))
+            rows.append(
+                {
+                    "task_id": task,
+                    "samples": len(values),
+                    "correct": c,
+                    "mean": stats.mean(values),
+                    "stderr": stats.stderr(values),
+                    f"pass@{k}": stats.pass_at_k(len(values), c, k) if len(values) >= k else None,
+                    f"pass^{k}": stats.pass_hat_k(len(values), c, k) if len(values) >= k else None,
+                }
+            )
+        return rows
+
+    def score_line(self) -> str:
+        """``accuracy 0.63 ± 0.04 (k=5, 30 tasks)``: the mean never without its spread."""
+        est = self.estimate()
+        reducer = self.reducer if isinstance(self.reducer, str) else getattr(self.reducer, "__name__", "custom")
+        how = "" if reducer == "mean" or self.epochs == 1 else f", {reducer} of epochs"
+        return f"accuracy {est} (k={self.epochs}, {est.n} tasks{how})"
 
     @property
     def cost(self) -> float:
@@ -162,6 +306,8 @@ class EvalResults:
         """``level -> {tasks, correct, accuracy}`` (tasks without a level under ``"-"``)."""
         out: dict[str, dict[str, Any]] = {}
         for r in self.results:
+            if r.infra_error:
+                continue  # the provider failed: not a result of the agent's
             entry = out.setdefault(r.level or "-", {"tasks": 0, "correct": 0})
             entry["tasks"] += 1
             entry["correct"] += bool(r.correct)
@@ -181,13 +327,25 @@ class EvalResults:
 
     def summary(self) -> dict[str, Any]:
         """The headline numbers as a dict (what ``tea eval --json`` prints)."""
+        est = self.estimate()
+        k = self.epochs
         return {
             "name": self.name,
             "tasks": self.total,
             "done": len(self.results),
             "correct": self.correct,
             "errors": self.errors,
+            "infra_errors": self.infra_errors,
             "accuracy": self.accuracy,
+            "epochs": k,
+            "reducer": self.reducer if isinstance(self.reducer, str) else getattr(self.reducer, "__name__", "custom"),
+            "mean": est.mean,
+            "stderr": est.stderr,
+            "ci95": list(est.ci95),
+            "scored_tasks": est.n,
+            f"pass@{k}": self.pass_at(k),
+            f"pass^{k}": self.pass_hat(k),
+            "scores": {n: {"mean": e.mean, "stderr": e.stderr} for n in self.score_names() for e in [self.estimate(n)]},
             "cost": self.cost,
             "tokens": self.tokens,
             "by_level": self.by_level(),
@@ -202,6 +360,10 @@ class EvalResults:
         for r in self.results:
             row = {c: getattr(r, c) for c in COLUMNS}
             row.update(
+                epoch=r.epoch,
+                scores=dict(r.scores),
+                retries=r.retries,
+                provider_failure=r.infra_error,
                 question=r.question,
                 run_status=r.run_status,
                 attempts=r.attempts,
@@ -233,10 +395,15 @@ class EvalResults:
     def headline(self) -> str:
         """One line: done / correct / errors / cost."""
         model = self.summary()["model"]
+        k = self.epochs
+        done = f"{len(self.results)}/{self.total}" if k == 1 else f"{len(self.results)}/{self.total * k} samples"
         text = (
-            f"evaluation {self.name}: {len(self.results)}/{self.total} done · {self.correct} correct "
-            f"({_pct(self.correct, len(self.results))}) · {self.errors} errors · ${self.cost:.4f}"
+            f"evaluation {self.name}: {done} done · "
+            f"{self.score_line()} · {self.correct} correct ({_pct(self.correct, len(self.results))}) · "
+            f"{self.errors} errors · ${self.cost:.4f}"
         )
+        if self.infra_errors:
+            text += f" · {self.infra_errors} provider failures (not scored)"
         if model:
             text += f" · model {model}"
         if self.stopped:
@@ -287,7 +454,7 @@ class EvalResults:
             colour = "#1a7f37" if r.correct else ("#9a6700" if r.status == "error" else "#cf222e")
             mark = "✓" if r.correct else ("error" if r.status == "error" else "✗")
             cells = [
-                esc(r.task_id),
+                esc(r.key),
                 esc(r.level or ""),
                 esc(r.status),
                 f"<span style='color:{colour}'>{mark}</span>",
@@ -306,9 +473,23 @@ class EvalResults:
             f"<div class='tea-eval'><b>{esc(self.headline())}</b>"
             + (f"<div>{level_text}</div>" if level_text else "")
             + f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>{more}"
-            + "<div style='font-size:85%;color:#57606a'>open a task's run: <code>results.trajectory(task_id)</code>"
-            " or <code>ws.trajectory(run_id)</code></div></div>"
+            + "<div style='font-size:85%;color:#57606a'>open a task's run: <code>results.browse()</code> (pick a "
+            "row, its trajectory renders below), <code>results.trajectory(task_id)</code> or "
+            "<code>ws.trajectory(run_id)</code></div></div>"
         )
+
+    def browse(self) -> Any:
+        """A list of the samples; choosing one renders its run's trajectory below (ipywidgets)."""
+        from tea_notebook.eval.browse import ResultsBrowser
+
+        return ResultsBrowser(self)
+
+    def to_inspect(self, path: Any, *, transcripts: bool = True) -> Any:
+        """Write these results as an Inspect AI log (``.eval`` / ``.json``; see
+        :mod:`tea_notebook.eval.inspect_log`) and return its path."""
+        from tea_notebook.eval.inspect_log import write_inspect_log
+
+        return write_inspect_log(self, path, transcripts=transcripts)
 
     # -- plots --------------------------------------------------------------------------------
     def plot(self, window: int = 10) -> Any:
@@ -324,4 +505,4 @@ class EvalResults:
         return plot_comparison(self, other)
 
 
-__all__ = ["COLUMNS", "EvalResults", "TaskResult"]
+__all__ = ["COLUMNS", "EvalResults", "TaskResult", "sample_key"]
