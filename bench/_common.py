@@ -3,6 +3,7 @@ docs/benchmarks.md."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import platform
 import statistics
@@ -56,3 +57,17 @@ def publish(section: str, write: bool) -> None:
     print(section)
     if write:
         write_section(section)
+
+
+def parse_args(parser: argparse.ArgumentParser, **quick: object) -> argparse.Namespace:
+    """Parse the command line, with ``--quick``: a smoke run that sets the options in ``quick``
+    (tiny sizes) so CI runs every script in seconds; its figures measure nothing, so ``--write``
+    is refused with it."""
+    parser.add_argument("--quick", action="store_true", help="a smoke run with tiny sizes (figures mean nothing)")
+    args = parser.parse_args()
+    if args.quick:
+        if getattr(args, "write", False):
+            parser.error("--quick runs measure nothing: it cannot be combined with --write")
+        for name, value in quick.items():
+            setattr(args, name, value)
+    return args

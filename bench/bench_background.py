@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from _common import machine, publish  # noqa: E402
+from _common import machine, parse_args, publish  # noqa: E402
 from bench_notebook import _execute, _kernel  # noqa: E402
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -127,7 +127,7 @@ def main() -> None:
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--reps", type=int, default=5)
-    args = parser.parse_args()
+    args = parse_args(parser, steps=10, reps=1)
     command = ".venv/bin/python bench/bench_background.py --write"
     results = {"machine": machine(), "when": time.strftime("%Y-%m-%d"), **bench(args.steps, args.reps)}
     for case, values in results["times"].items():

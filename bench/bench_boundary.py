@@ -18,6 +18,7 @@ import argparse
 import hashlib
 import importlib.util
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -31,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from _common import machine, publish, summary  # noqa: E402
+from _common import machine, parse_args, publish, summary  # noqa: E402
 
 import tea_notebook  # noqa: E402
 from tea_notebook.envs.sandbox import PythonSandbox  # noqa: E402
@@ -120,6 +121,106 @@ def tool_calls(base: Path, calls: int) -> dict[str, Any]:
         ws.close()
 
 
+OPEN_LOOP = """
+import os, time
+t0 = time.perf_counter()
+for _ in range(OPENS):
+    os.close(os.open("bench-open", os.O_WRONLY | os.O_CREAT, 0o644))
+(time.perf_counter() - t0) / OPENS
+"""
+
+
+def filter_of(commit: str, folder: Path) -> bytes:
+    """The seccomp program of commit ``commit`` (its boundary.py from git, loaded on its own)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    text = subprocess.run(
+        ["git", "show", f"{commit}:tea_notebook/envs/boundary.py"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
+    (folder / "boundary_before.py").write_text(text)
+    spec = importlib.util.spec_from_file_location("tea_boundary_before", folder / "boundary_before.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module.seccomp_program()
+
+
+def filter_before_after(commit: str, base: Path, calls: int, cold: int, rounds: int = 10) -> dict[str, Any]:
+    """The bubblewrap sandbox under the seccomp filter of ``commit`` ("before") and under this one
+    ("after"), interleaved round by round (the order alternates): warm round trips, cold starts, and
+    an open(O_CREAT)+close loop timed inside the sandbox (each such call now passes the mode check)."""
+    from tea_notebook.envs import boundary
+
+    programs = {"before": filter_of(commit, base / "filter-before"), "after": boundary.seccomp_program()}
+    assert programs["before"] != programs["after"], f"commit {commit} has the same seccomp filter"
+    samples: dict[str, dict[str, list[float]]] = {tag: {"warm": [], "cold": [], "open": []} for tag in programs}
+    original = boundary.seccomp_program
+    boxes: dict[str, Any] = {}
+    try:
+        for tag, program in programs.items():
+            boundary.seccomp_program = lambda p=program: p  # read by bwrap_command at each start
+            boxes[tag] = PythonSandbox(base / f"filter-{tag}-warm", timeout=30, isolation="bubblewrap")
+            boxes[tag]._spawn()
+            for _ in range(max(50, calls // 10)):
+                boxes[tag].request("exec", code="1+1")
+        for r in range(rounds):
+            order = list(programs) if r % 2 == 0 else list(reversed(programs))
+            for tag in order:
+                box = boxes[tag]
+                for _ in range(max(1, calls // rounds)):
+                    t0 = time.perf_counter()
+                    result = box.request("exec", code="1+1")
+                    samples[tag]["warm"].append(time.perf_counter() - t0)
+                    assert result.value == "2", result.text()
+                result = box.request("exec", code=OPEN_LOOP.replace("OPENS", "20000"))
+                samples[tag]["open"].append(float(result.value))
+                boundary.seccomp_program = lambda p=programs[tag]: p
+                for i in range(max(1, cold // rounds)):
+                    fresh = PythonSandbox(base / f"filter-{tag}-cold-{r}-{i}", timeout=30, isolation="bubblewrap")
+                    t0 = time.perf_counter()
+                    fresh._spawn()
+                    samples[tag]["cold"].append(time.perf_counter() - t0)
+                    fresh.kill()
+    finally:
+        boundary.seccomp_program = original
+        for box in boxes.values():
+            box.kill()
+    return {tag: {kind: values for kind, values in kinds.items()} for tag, kinds in samples.items()}
+
+
+def filter_report(figures: dict[str, Any], commit: str) -> str:
+    def row(tag: str, kind: str, scale: float, unit: str) -> str:
+        values = sorted(figures[tag][kind])
+        mid = statistics.median(values)
+        return (
+            f"| {kind} ({unit}) | {tag} | {values[0] * scale:.2f} | {mid * scale:.2f} | {values[-1] * scale:.2f} "
+            f"| {len(values)} |"
+        )
+
+    rows = [
+        row(tag, kind, scale, unit)
+        for kind, scale, unit in (("warm", 1e3, "ms"), ("cold", 1e3, "ms"), ("open", 1e6, "µs per open+close"))
+        for tag in ("before", "after")
+    ]
+    warm = statistics.median(figures["after"]["warm"]) * 1e3
+    cold = statistics.median(figures["after"]["cold"]) * 1e3
+    return f"""## Seccomp filter: set-id modes at creation (issue 19)
+
+Command: `.venv/bin/python bench/bench_boundary.py --filter-only --filter-base {commit}`
+Machine: {machine()}. "before" is the seccomp filter of commit {commit} (set-id bits refused in chmod
+calls only), "after" this one (also in open/openat with O_CREAT or O_TMPFILE, creat, mknod, mknodat;
+openat2 refused with ENOSYS). Both run in the same process, interleaved round by round. The open row
+is timed inside the sandbox: 20,000 `os.open(path, O_WRONLY | O_CREAT)` + `os.close` per sample.
+
+| measure | filter | min | median | max | n |
+|---|---|---|---|---|---|
+{chr(10).join(rows)}
+
+Warm round trip {warm:.2f} ms (target ≤ {WARM_TARGET_MS:g} ms), cold start {cold:.0f} ms (target ≤ {COLD_TARGET_MS:g} ms).
+Load average over the last minute when the run ended: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores (other
+work on the machine inflates medians and maxima alike; minima show the cost of the filter best).
+"""
+
+
 def report(figures: dict[str, Any], args: argparse.Namespace) -> str:
     rows = []
     for key, label in (
@@ -177,7 +278,14 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=500)
     parser.add_argument("--cold", type=int, default=20)
     parser.add_argument("--base", default="0c4a81b", help="the commit whose sandbox is 'previous'")
-    args = parser.parse_args()
+    parser.add_argument("--filter-base", default="cb59f56", help="the commit whose seccomp filter is 'before'")
+    parser.add_argument("--filter-only", action="store_true", help="only the seccomp filter before/after")
+    args = parse_args(parser, calls=5, cold=1)
+    if args.filter_only:
+        with tempfile.TemporaryDirectory(prefix="tea-bench-filter-") as tmp:
+            figures = filter_before_after(args.filter_base, Path(tmp), args.calls, args.cold)
+        publish(filter_report(figures, args.filter_base), args.write)
+        return
     with tempfile.TemporaryDirectory(prefix="tea-bench-boundary-") as tmp:
         base = Path(tmp)
         figures = {

@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from _common import machine, publish, summary  # noqa: E402
+from _common import machine, parse_args, publish, summary  # noqa: E402
 
 import tea_notebook  # noqa: E402
 from tea_notebook import _sync  # noqa: E402
@@ -183,6 +183,7 @@ def bench_browser(base: Path, reps: int, cold: int) -> dict[str, Any]:
     threading.Thread(target=server.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{server.server_address[1]}"
     ws = tea_notebook.Workspace(base / "ws-browser", embedder="hashing")
+    ws.egress.allow(url.split("//", 1)[1])  # the local site: loopback needs an explicit allow
     try:
         ws.envs.add(Browser, timeout=15)
 
@@ -342,7 +343,7 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=25, help="rounds of browser actions")
     parser.add_argument("--browser-cold", type=int, default=5, help="cold starts of the browser")
     parser.add_argument("--no-browser", action="store_true", help="skip the browser")
-    args = parser.parse_args()
+    args = parse_args(parser, calls=5, cold=1, reps=1, browser_cold=1, no_browser=True)
     results: dict[str, Any] = {"machine": machine(), "when": time.strftime("%Y-%m-%d")}
     with tempfile.TemporaryDirectory(prefix="tea-bench-envs-") as tmp:
         base = Path(tmp)

@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from _common import machine, publish, summary  # noqa: E402
+from _common import machine, parse_args, publish, summary  # noqa: E402
 
 from tea_notebook import Workspace  # noqa: E402
 from tea_notebook.models.embedders import MiniLMEmbedder  # noqa: E402
@@ -246,7 +246,7 @@ def main() -> None:
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
     parser.add_argument("--n", type=int, default=10_000)
     parser.add_argument("--queries", type=int, default=300)
-    args = parser.parse_args()
+    args = parse_args(parser, n=200, queries=5)
     results = run(args.n, args.queries)
     results.update(machine=machine(), when=time.strftime("%Y-%m-%d"))
     print(results, flush=True)

@@ -33,7 +33,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
-from _common import machine, publish  # noqa: E402
+from _common import machine, parse_args, publish  # noqa: E402
 
 from tea_notebook.envs.browser import LAUNCH_ARGS  # noqa: E402
 
@@ -265,7 +265,7 @@ def main() -> None:
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
     parser.add_argument("--steps", type=int, default=2000, help="steps in the trajectory")
     parser.add_argument("--runs", type=int, default=7, help="first renders to time (median)")
-    args = parser.parse_args()
+    args = parse_args(parser, steps=20, runs=1)
     results = measure(args.steps, args.runs)
     command = ".venv/bin/python bench/bench_extension.py" + (" --write" if args.write else "")
     publish(render(results, command), args.write)

@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from _common import machine, publish, summary  # noqa: E402
+from _common import machine, parse_args, publish, summary  # noqa: E402
 
 from tea_notebook import _sync  # noqa: E402
 from tea_notebook.envs.files import FileSystem  # noqa: E402
@@ -170,7 +170,7 @@ def main() -> None:
     parser.add_argument("--base", default=BASE, help="commit holding the previous implementation")
     parser.add_argument("--reads", type=int, default=300, help="timed reads per implementation")
     parser.add_argument("--searches", type=int, default=40, help="timed searches per implementation and kind")
-    args = parser.parse_args()
+    args = parse_args(parser, reads=3, searches=2)
     results: dict[str, Any] = {"machine": machine(), "when": time.strftime("%Y-%m-%d"), "base": args.base}
     with tempfile.TemporaryDirectory(prefix="tea-bench-files-") as tmp:
         results["figures"] = bench(Path(tmp), args.base, args.reads, args.searches)

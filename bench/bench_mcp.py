@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from _common import machine, publish, summary  # noqa: E402
+from _common import machine, parse_args, publish, summary  # noqa: E402
 
 import tea_notebook  # noqa: E402
 from tea_notebook._sync import run_sync  # noqa: E402
@@ -138,7 +138,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
     parser.add_argument("--calls", type=int, default=4000, help="timed calls on each path")
-    args = parser.parse_args()
+    args = parse_args(parser, calls=20)
     command = ".venv/bin/python bench/bench_mcp.py --write"
     results: dict[str, Any] = {"machine": machine(), "when": time.strftime("%Y-%m-%d")}
     load_before = os.getloadavg()[0]

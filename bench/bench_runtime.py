@@ -11,10 +11,13 @@ framework's.
 Two ways of plugging in the scripted model, both measured side by side:
   (a) direct: no litellm. Ours: a ``ModelClient`` subclass whose ``complete`` answers from the
       script; smolagents: a ``Model`` subclass whose ``generate`` returns a ``ChatMessage``.
-  (b) litellm: both go through ``litellm`` to our ``tea`` custom provider serving a
-      ``ScriptedModel``. Ours: ``ModelClient.complete`` (``litellm.acompletion``); smolagents:
-      ``LiteLLMModel(model_id=script.name)`` (``litellm.completion``).
-Measured (median of --repeat runs, each in a fresh workspace / fresh agent, after a warm-up run):
+  (b) by name: a ``ScriptedModel`` named ``tea/script:ID``, as each framework serves a model name.
+      Ours: ``ModelClient.complete``, which serves offline ``tea/`` models itself (no litellm);
+      smolagents: ``LiteLLMModel(model_id=script.name)`` → ``litellm.completion`` → our ``tea``
+      litellm provider. Before offline models bypassed litellm, both went through litellm here.
+Measured (median of --repeat runs, each in a fresh workspace / fresh agent, after a warm-up run;
+the configurations interleaved; CPU time (``time.process_time``, every thread) alongside wall time,
+because the machine is shared and wall time is noisy; ``--quick``: a smoke run):
   1. per-step framework overhead = (wall time of the run - time inside the model call) / steps,
      where the model call is ``ModelClient.complete`` (ours) or ``Model.generate`` (smolagents);
      also the total wall time per step;
@@ -47,7 +50,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from _common import machine, publish  # noqa: E402
+from _common import machine, parse_args, publish  # noqa: E402
 
 import tea_notebook  # noqa: E402
 from tea_notebook.models.client import ModelClient, ModelReply, ToolCall  # noqa: E402
@@ -59,6 +62,7 @@ FILLER = "lorem ipsum dolor sit amet, consectetur adipiscing elit; " * 5
 MEMORY_BUDGET, KEEP_RECENT = 3000, 4
 PROMPT_STEPS = (50, 200)
 OVERHEAD_TARGET = 0.2  # ours / smolagents, per-step overhead
+CPU_TARGETS = {50: 1.0, 200: 0.5}  # ours / smolagents, CPU time per step (issue: fast at every scale)
 PROMPT_TARGET = 0.5  # ours / smolagents, prompt tokens at step 200
 
 
@@ -182,13 +186,13 @@ def run_ours(n: int, way: str, capture: set[int] | None = None) -> dict[str, Any
             client=client,
             model=model,
         )
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         result = agent.run_sync(TASK)
-        wall = time.perf_counter() - start
+        wall, cpu = time.perf_counter() - start, time.process_time() - cpu
         assert result.status == "success" and result.answer == "ok", (result.status, result.error)
         assert client.calls == n + 1 and script.i == n + 1, (client.calls, script.i)
         ws.close()
-    return {"wall": wall, "model": client.model_s, "steps": client.calls, "prompts": client.prompts}
+    return {"wall": wall, "cpu": cpu, "model": client.model_s, "steps": client.calls, "prompts": client.prompts}
 
 
 # -- smolagents' side ----------------------------------------------------------------------------
@@ -261,13 +265,13 @@ def run_smol(n: int, way: str, capture: set[int] | None = None) -> dict[str, Any
         model = classes["litellm"](model_id=ScriptedModel(script).name)
     model.setup(capture)
     agent = classes["agent"](tools=[classes["tool"]], model=model, max_steps=n + 1, verbosity_level=0)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     answer = agent.run(TASK)
-    wall = time.perf_counter() - start
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu
     actions = [s for s in agent.memory.steps if isinstance(s, ActionStep)]
     assert answer == "ok" and len(actions) == n + 1 and all(s.error is None for s in actions), answer
     assert model.calls == n + 1 and script.i == n + 1, (model.calls, script.i)
-    return {"wall": wall, "model": model.model_s, "steps": model.calls, "prompts": model.prompts}
+    return {"wall": wall, "cpu": cpu, "model": model.model_s, "steps": model.calls, "prompts": model.prompts}
 
 
 RUNNERS = {"ours": run_ours, "smolagents": run_smol}
@@ -288,7 +292,10 @@ def bench_overhead(steps: list[int], repeat: int) -> dict[str, Any]:
     out = {}
     for (side, way, n), runs in samples.items():
         per = [(r["wall"] - r["model"]) / r["steps"] for r in runs]
+        cpu = [r["cpu"] / r["steps"] for r in runs]
         out[f"{side}/{way}/{n}"] = {
+            "cpu_ms": 1000 * statistics.median(cpu),
+            "cpu_ms_runs": [round(1000 * c, 3) for c in cpu],
             "overhead_ms": 1000 * statistics.median(per),
             "overhead_ms_runs": [round(1000 * p, 3) for p in per],
             "wall_ms": 1000 * statistics.median(r["wall"] / r["steps"] for r in runs),
@@ -435,9 +442,30 @@ def render(results: dict) -> str:
     def spread(r: dict) -> str:
         return f"{r['overhead_ms']:.2f} ms ({min(r['overhead_ms_runs']):.2f}–{max(r['overhead_ms_runs']):.2f})"
 
+    def cpu_spread(r: dict) -> str:
+        return f"{r['cpu_ms']:.2f} ms ({min(r['cpu_ms_runs']):.2f}–{max(r['cpu_ms_runs']):.2f})"
+
     rows = []
     for n in steps:
-        for way, label in (("a", "(a) direct"), ("b", "(b) via litellm")):
+        for way, label in (("a", "(a) direct"), ("b", "(b) by name")):
+            ours, smol = o[f"ours/{way}/{n}"], o[f"smolagents/{way}/{n}"]
+            ratio = ours["cpu_ms"] / smol["cpu_ms"]
+            target = CPU_TARGETS.get(n) if way == "a" else None
+            rows.append(
+                f"| **CPU time per step** (all threads, model call included: both scripted), {n}-step run, {label} | "
+                f"{cpu_spread(ours)} | {cpu_spread(smol)} | {ratio:.2f}× | "
+                + (f"≤ {target:g}× | {ok(ratio <= target)} |" if target else "| |")
+            )
+    flat_cpu = [o[f"ours/a/{n}"]["cpu_ms"] for n in steps]
+    smol_cpu = [o[f"smolagents/a/{n}"]["cpu_ms"] for n in steps]
+    rows.append(
+        f"| our CPU time per step at {' / '.join(map(str, steps))} steps, (a): flat? (largest ÷ smallest) | "
+        f"{' / '.join(f'{v:.2f}' for v in flat_cpu)} ms | "
+        f"{' / '.join(f'{v:.2f}' for v in smol_cpu)} ms | "
+        f"{max(flat_cpu) / min(flat_cpu):.2f} | ≤ 1.2 | {ok(max(flat_cpu) / min(flat_cpu) <= 1.2)} |"
+    )
+    for n in steps:
+        for way, label in (("a", "(a) direct"), ("b", "(b) by name")):
             ours, smol = o[f"ours/{way}/{n}"], o[f"smolagents/{way}/{n}"]
             ratio = ours["overhead_ms"] / smol["overhead_ms"]
             rows.append(
@@ -445,7 +473,7 @@ def render(results: dict) -> str:
                 f"{spread(smol)} | {ratio:.2f}× | ≤ {OVERHEAD_TARGET:g}× | {ok(ratio <= OVERHEAD_TARGET)} |"
             )
     for n in steps:
-        for way, label in (("a", "(a) direct"), ("b", "(b) via litellm")):
+        for way, label in (("a", "(a) direct"), ("b", "(b) by name")):
             ours, smol = o[f"ours/{way}/{n}"], o[f"smolagents/{way}/{n}"]
             rows.append(
                 f"| total wall time per step, {n}-step run, {label} (of which in the model call: ours "
@@ -504,13 +532,10 @@ graph (~{b["offered_us"]:.0f} µs) and the prompt is rebuilt from state. We keep
 run breaks; bad arguments never reach a tool) and miss this target; the figures were 1.8 ms a step before
 events were batched and the record and secret-scan caches were added.
 
-*Way (b) is not symmetric in what it calls "model time".* smolagents' `LiteLLMModel.generate`
-contains its message conversion (`get_clean_message_list` over the whole history) and tool-schema
-building, so they count as model time there; on our side litellm's async success logging (with
-a cost lookup for a model name it does not know) runs as a task on our event loop after
-`acompletion` returns, so it counts as our overhead: it is most of the {b_minus_a:.2f} ms by which our
-overhead in (b) exceeds (a) at {n_hi} steps (the sync `litellm.completion` that smolagents uses hands it
-to a thread). Wall time per step is the fairer view of (b): ours
+*Way (b) is not symmetric.* Our `ModelClient` serves offline `tea/` models itself, so our side of (b)
+never touches litellm, while smolagents' `LiteLLMModel` goes through litellm to our provider (and its
+`generate` holds its message conversion over the whole history, counted as model time there). Our
+(b) − (a) difference at {n_hi} steps is {b_minus_a:.2f} ms a step. Wall time per step: ours
 {wall_b[n_lo][0]:.1f} ms vs {wall_b[n_lo][1]:.1f} ms at {n_lo} steps, {wall_b[n_hi][0]:.1f} ms vs {wall_b[n_hi][1]:.1f} ms at {n_hi}.
 
 *Prompt size: ≤ {PROMPT_TARGET:g}× {"met" if prompt_ratio <= PROMPT_TARGET else "missed"} ({prompt_ratio:.2f}× at step {hi_step}), bounded {"met" if bounded else "missed"}.* Our prompt is rebuilt
@@ -531,9 +556,9 @@ tools=["lookup"], max_steps=N+1, memory_budget={MEMORY_BUDGET}, keep_recent_step
 (hashing embedder); smolagents: `ToolCallingAgent(tools=[lookup], model=..., max_steps=N+1,
 verbosity_level=0)`. The scripted model is plugged in two ways:
 **(a) direct**, no litellm — ours a `ModelClient` subclass answering in `complete`, smolagents a
-`Model` subclass returning a `ChatMessage` from `generate`; **(b) via litellm** — both call
-litellm, which serves a `ScriptedModel` through our `tea` provider (ours `ModelClient.complete` →
-`litellm.acompletion`, smolagents `LiteLLMModel(model_id=script.name)` → `litellm.completion`).
+`Model` subclass returning a `ChatMessage` from `generate`; **(b) by name** — a `ScriptedModel`
+named `tea/script:…`: ours `ModelClient.complete`, which serves offline models itself (no litellm),
+smolagents `LiteLLMModel(model_id=script.name)` → `litellm.completion` → our `tea` provider.
 
 **Definitions.** *Per-step framework overhead* = (wall time of the run − time spent inside the
 model call) / steps, steps = N+1 model calls; the model call is `ModelClient.complete` on our side
@@ -561,7 +586,7 @@ Where our time per step goes (each piece timed alone, median per call; a step is
 | piece | time |
 |---|---|
 | one event (`EventLog.emit`: JSON, `redact`, one SQLite transaction) | {b["emit_us"]:.0f} µs |
-| of which `redact` of the payload (scans all {b["env_vars"]} environment variables) | {b["redact_us"]:.0f} µs |
+| of which `redact` of the payload (environment compared with its snapshot: {b["env_vars"]} variables) | {b["redact_us"]:.0f} µs |
 | of which the SQLite insert (`Database.append_events`, one row) | {b["append_event_us"]:.0f} µs |
 | tool call through TCP (`ws.tools.ainvoke`: lookup, schema check, thread hop, usage row) | {b["tool_invoke_us"]:.0f} µs |
 | the same with its two events (`_Run._run_action`) | {b["run_action_us"]:.0f} µs |
@@ -577,7 +602,7 @@ def main() -> None:
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
     parser.add_argument("--repeat", type=int, default=3, help="runs per configuration (median)")
     parser.add_argument("--steps", type=int, nargs="+", default=[50, 200], help="run lengths N")
-    args = parser.parse_args()
+    args = parse_args(parser, repeat=1, steps=[10, 60])
     results: dict[str, Any] = {
         "machine": machine(),
         "versions": versions(),

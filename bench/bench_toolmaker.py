@@ -45,7 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from _common import machine, publish  # noqa: E402
+from _common import machine, parse_args, publish  # noqa: E402
 
 import tea_notebook  # noqa: E402
 from tea_notebook.evolve.llm import stage_of  # noqa: E402
@@ -441,7 +441,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
     parser.add_argument("--rounds", type=int, default=3, help="fresh workspaces of 12 creations each")
-    args = parser.parse_args()
+    args = parse_args(parser, rounds=1)
     ensure_registered()
     warm_up()
     results = {

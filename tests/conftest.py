@@ -21,8 +21,11 @@ def ws(tmp_path):
 
 @pytest.fixture(scope="session")
 def warm_litellm(tmp_path_factory):
-    """Import litellm and register the offline provider once."""
+    """Import litellm and register the offline provider once (a scripted run alone no longer imports it)."""
     from tea_notebook.models.offline import ScriptedModel, call
+    from tea_notebook.models.provider import ensure_registered
+
+    ensure_registered()
 
     w = tea_notebook.Workspace(tmp_path_factory.mktemp("warm") / "ws", embedder="hashing")
     script = ScriptedModel([call("done", success=True, text="warm")])

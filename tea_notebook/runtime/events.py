@@ -48,6 +48,7 @@ EVENT_TYPES = frozenset(
         "stage",
         "message",
         "thread",
+        "egress_refused",
     }
 )
 
@@ -100,9 +101,10 @@ class EventLog:
         parent_id: str | None = None,
         step: int | None = None,
         flush: bool = False,
+        uses: list[tuple[str, list[tuple]]] | None = None,
     ) -> Event:
         """Record one event (secrets redacted, long texts clipped) and notify subscribers; ``flush``
-        writes it now."""
+        writes it now (with invocation counts ``uses``, see :meth:`flush`)."""
         if type_ not in EVENT_TYPES:
             raise ValueError(f"unknown event type {type_!r}")
         blobs: dict[str, str] = {}
@@ -113,8 +115,8 @@ class EventLog:
             self._pending.append((event.id, run_id, parent_id, type_, step, event.time, payload))
             for key, text in blobs.items():
                 self._keep(key, text)
-        if flush or len(self._pending) >= 200:
-            self.flush()
+        if flush or uses or len(self._pending) >= 200:
+            self.flush(uses)
         for run_filter, callback in list(self._subscribers):
             if run_filter is None or run_filter == run_id or run_filter == event.data.get("root_run"):
                 try:
@@ -144,13 +146,15 @@ class EventLog:
         while len(self._recent) > _RECENT_TEXTS or (total > _RECENT_CHARS and len(self._recent) > 1):
             total -= len(self._recent.popitem(last=False)[1])
 
-    def flush(self) -> None:
-        """Write pending events to the database (in order, also when threads flush at once)."""
+    def flush(self, uses: list[tuple[str, list[tuple]]] | None = None) -> None:
+        """Write pending events to the database (in order, also when threads flush at once), with
+        invocation counts ``uses`` (``(kind, rows)``) in the same transaction."""
         with self._lock:
             rows, self._pending = self._pending, []
             blobs, self._pending_blobs = self._pending_blobs, {}
-            if rows or blobs:
-                self._db.append_events(rows, blobs)
+            uses = [(kind, use) for kind, use in uses or () if use]
+            if rows or blobs or uses:
+                self._db.append_events(rows, blobs, uses)
 
     def subscribe(self, callback: Callable[[Event], None], run_id: str | None = None) -> Callable[[], None]:
         """Call ``callback(event)`` for every new event (of one run tree, or all). Returns an unsubscribe."""

@@ -86,6 +86,7 @@ class MemoryStore:
 
     def __init__(self, registry: "Registry[Any]"):
         self.registry = registry
+        self._next: dict[str, int] = {}  # run id -> number of its next record (saves a scan per fold)
 
     def save(self, run_id: str, task: str, summary: str, insights: list[str]) -> None:
         """Keep a fold of one run: secrets redacted, each text cut to ``FIELD_LIMIT`` characters
@@ -93,15 +94,18 @@ class MemoryStore:
         from tea_notebook.protocol.records import MemoryRecord
 
         task, summary, *insights = (shorten(text) for text in redact([task, summary, *insights]))
-        start = sum(1 for n in self.registry.names() if n.startswith(f"mem_{run_id}_"))
+        start = self._next.get(run_id)
+        if start is None:
+            start = sum(1 for n in self.registry.names() if n.startswith(f"mem_{run_id}_"))
         items = [("summary", summary)] + [("insight", i) for i in insights]
+        items = [(kind, text) for kind, text in items if text.strip()]
         self.registry.register_many(
             [
                 MemoryRecord(name=f"mem_{run_id}_{start + i}", description=text, kind=kind, run_id=run_id, task=task)
                 for i, (kind, text) in enumerate(items)
-                if text.strip()
             ]
         )
+        self._next[run_id] = start + len(items)
 
     def recall(self, task: str, k: int = 3, min_score: float = 0.45) -> list[str]:
         """Summaries and insights of earlier runs that are similar to ``task``."""

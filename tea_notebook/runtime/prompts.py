@@ -75,6 +75,16 @@ class StepRecord:
     results: list[tuple[str, str, str]] = field(default_factory=list)  # (tool, args json, result text)
 
     def render(self, limit: int = 600) -> str:
+        """The step as the model reads it (cached: a finished step is rendered once, not every step)."""
+        key = (limit, self.number, self.evaluation, self.memory, self.next_goal, len(self.results))
+        cached = self.__dict__.get("_rendered")
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        text = self._render(limit)
+        self.__dict__["_rendered"] = (key, text)
+        return text
+
+    def _render(self, limit: int) -> str:
         lines = [
             f"<step_{self.number}>",
             f"Evaluation of Previous Step: {self.evaluation}",

@@ -24,7 +24,7 @@ import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -54,6 +54,7 @@ CREATE TABLE IF NOT EXISTS changes(
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
     kind TEXT NOT NULL, name TEXT NOT NULL, op TEXT NOT NULL,
     version INTEGER, at REAL NOT NULL);
+CREATE INDEX IF NOT EXISTS changes_by_kind ON changes(kind, seq);
 CREATE TABLE IF NOT EXISTS usage(
     kind TEXT NOT NULL, name TEXT NOT NULL,
     calls INTEGER NOT NULL DEFAULT 0, failures INTEGER NOT NULL DEFAULT 0,
@@ -301,6 +302,18 @@ def _check_is_ours(path: Path) -> None:
         )
 
 
+def _put_uses(cur: sqlite3.Cursor, kind: str, rows: list[tuple]) -> None:
+    """Add invocation counts ``(name, calls, failures, timed calls, total latency, last used)``."""
+    cur.executemany(
+        "INSERT INTO usage(kind, name, calls, failures, timed, total_latency, last_used) "
+        "VALUES (?,?,?,?,?,?,?) ON CONFLICT(kind, name) DO UPDATE SET "
+        "calls=calls+excluded.calls, failures=failures+excluded.failures, timed=timed+excluded.timed, "
+        "total_latency=total_latency+excluded.total_latency, "
+        "last_used=max(coalesce(last_used, 0), excluded.last_used)",
+        [(kind, *row) for row in rows],
+    )
+
+
 class Database:
     """The SQLite file of a workspace. Thread-safe within a process; safe across processes."""
 
@@ -467,6 +480,16 @@ class Database:
         )
         return [StoredVersion(*r) for r in rows]
 
+    def count_heads(self, kind: str, path: str, value: Any) -> int:
+        """How many current records of a kind hold ``value`` at JSON ``path`` of their data
+        (``"$.metadata.routing"``), counted without loading them."""
+        return self._read(
+            "SELECT count(*) FROM heads h JOIN versions v "
+            "ON v.kind=h.kind AND v.name=h.name AND v.version=h.version "
+            "WHERE h.kind=? AND json_extract(v.data, ?) = ?",
+            (kind, path, value),
+        )[0][0]
+
     def head_texts(self, kind: str) -> list[tuple[int, str, str, str]]:
         """``(entity id, name, keyword text, embedding views)`` of every current record of a kind."""
         return self._read(
@@ -495,14 +518,7 @@ class Database:
     def record_uses(self, kind: str, rows: list[tuple[str, int, int, int, float, float]]) -> None:
         """Add invocation counts ``(name, calls, failures, timed calls, total latency, last used)``."""
         with self.transaction() as cur:
-            cur.executemany(
-                "INSERT INTO usage(kind, name, calls, failures, timed, total_latency, last_used) "
-                "VALUES (?,?,?,?,?,?,?) ON CONFLICT(kind, name) DO UPDATE SET "
-                "calls=calls+excluded.calls, failures=failures+excluded.failures, timed=timed+excluded.timed, "
-                "total_latency=total_latency+excluded.total_latency, "
-                "last_used=max(coalesce(last_used, 0), excluded.last_used)",
-                [(kind, *row) for row in rows],
-            )
+            _put_uses(cur, kind, rows)
 
     def usage(self, kind: str, name: str | None = None) -> dict[str, tuple[int, int, float, float | None]]:
         """``name -> (calls, failures, mean latency in seconds of calls that ran, last used)`` for a
@@ -541,11 +557,19 @@ class Database:
         stored, key = clip(full)
         return stored, ({key: full} if key else {})
 
-    def append_events(self, rows: list[tuple], blobs: "dict[str, str | tuple[int, list]] | None" = None) -> None:
-        """Append events ``(id, run_id, parent_id, type, step, time, data)`` and the full texts
-        their clipped fields point to, in one transaction."""
+    def append_events(
+        self,
+        rows: list[tuple],
+        blobs: "dict[str, str | tuple[int, list]] | None" = None,
+        uses: "list[tuple[str, list[tuple]]] | None" = None,
+    ) -> None:
+        """Append events ``(id, run_id, parent_id, type, step, time, data)``, the full texts their
+        clipped fields point to and invocation counts ``uses`` (``(kind, rows)`` as for
+        :meth:`record_uses`), in one transaction."""
         with self.transaction() as cur:
             self._put_blobs(cur, blobs or {})
+            for kind, use_rows in uses or ():
+                _put_uses(cur, kind, use_rows)
             cur.executemany(
                 "INSERT INTO events(id, run_id, parent_id, type, step, time, data) VALUES (?,?,?,?,?,?,?)", rows
             )
@@ -674,6 +698,23 @@ class Database:
     def tool_call_names(self) -> list[tuple[str]]:
         """The tool name of every tool call event (for plots)."""
         return self._read("SELECT json_extract(data, '$.name') FROM events WHERE type='tool_call'")
+
+    def step_counts(self, run_ids: list[str]) -> dict[str, tuple[int, int]]:
+        """For each run: ``(its own steps, steps with every run nested under it)`` (step events)."""
+        if not run_ids:
+            return {}
+        marks = ",".join("?" * len(run_ids))
+        rows = self._read(
+            "WITH RECURSIVE tree(root, id) AS ("
+            f"SELECT id, id FROM runs WHERE id IN ({marks}) "
+            "UNION ALL SELECT tree.root, runs.id FROM runs JOIN tree ON runs.parent_id = tree.id) "
+            "SELECT tree.root, sum(tree.id = tree.root), count(*) FROM tree "
+            "JOIN events ON events.run_id = tree.id AND events.type = 'step' GROUP BY tree.root",
+            tuple(run_ids),
+        )
+        counts = {r: (0, 0) for r in run_ids}
+        counts.update({root: (int(own), int(total)) for root, own, total in rows})
+        return counts
 
     def descendants(self, run_id: str) -> list[str]:
         """The run and every run nested under it."""

@@ -1,0 +1,116 @@
+"""Per-step cost of an agent that routes its own tools, with 10 / 1,000 / 10,000 tools registered.
+
+    .venv/bin/python bench/bench_routing.py [--write] [--steps 150] [--reps 3] [--quick]
+
+The agent names no tools, so every step asks the router (hybrid search over the registry by the
+task, relation pruning, usage prior) which 20 tools to offer; a scripted model calls ``lookup``
+N times, then ``done``. Registries of each size are built before timing (hashing embedder, so the
+figure is the router's, not the embedder's). Figure: CPU seconds of the run (every thread) per
+step; the sizes are interleaved, ``--reps`` rounds, min / median / max. No peer: the figure to
+compare with is the same agent with 10 tools registered (target ≤ 1.5× at 10,000).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from _common import machine, parse_args, publish  # noqa: E402
+
+import tea_notebook  # noqa: E402
+from tea_notebook.models.offline import ScriptedModel, call  # noqa: E402
+from tea_notebook.protocol.records import ToolRecord  # noqa: E402
+
+TARGET = 1.5
+LOOKUP = '''def lookup(key: str) -> str:
+    """Look up a key in the reference table and return its value."""
+    return f"value of {key}"
+'''
+
+
+def run(size: int, steps: int) -> float:
+    """CPU seconds per step of one routed run with ``size`` tools registered."""
+    with tempfile.TemporaryDirectory(prefix="tea-bench-routing-") as tmp:
+        ws = tea_notebook.Workspace(tmp, embedder="hashing")
+        namespace: dict = {}
+        exec(LOOKUP, namespace)  # noqa: S102 - the benchmark's own tool
+        ws.tools.tool(namespace["lookup"], source=LOOKUP)
+        others = [
+            ToolRecord(
+                name=f"tool_{i}",
+                description=f"Does thing number {i} with widgets and gadgets {i % 97}",
+                parameters={"type": "object", "properties": {"x": {"type": "string"}}},
+            )
+            for i in range(size - 1)
+        ]
+        for start in range(0, len(others), 2000):
+            ws.tools.register_many(others[start : start + 2000])
+        ws.tools.search("warm up the index", k=5)  # index built before timing
+        script = iter(range(steps + 2))
+        model = ScriptedModel(
+            lambda m, t: call("lookup", key="k") if next(script) < steps else call("done", success=True, text="ok")
+        )
+        agent = ws.agent("router", max_steps=steps + 1, model=model.name)
+        cpu = time.process_time()
+        result = agent.run_sync("Look up the key k with the lookup tool, again and again, then say done.")
+        cpu = time.process_time() - cpu
+        assert result.status == "success", (result.status, result.error)
+        ws.close()
+    return cpu / (steps + 1)
+
+
+def render(r: dict, command: str) -> str:
+    ok = lambda cond: "✅" if cond else "❌"  # noqa: E731
+    rows = []
+    base = statistics.median(r["cpu"][r["sizes"][0]])
+    for size in r["sizes"]:
+        v = r["cpu"][size]
+        ratio = statistics.median(v) / base
+        target = f"≤ {TARGET:g}× | {ok(ratio <= TARGET)}" if size == r["sizes"][-1] else " | "
+        rows.append(
+            f"| {size:,} tools | {1000 * statistics.median(v):.2f} ms ({1000 * min(v):.2f}–{1000 * max(v):.2f}) "
+            f"| {ratio:.2f}× | {target} |"
+        )
+    table = "\n".join(rows)
+    return f"""## Tool routing per step
+
+Command: `{command}` — machine: {r["machine"]}; run {r["when"]}. An agent that names no tools: every step
+routes 20 tools from the registry by its task; {r["steps"]}-step scripted runs, sizes interleaved, n={r["reps"]} per
+size; CPU time of the run per step (every thread; the machine is shared, so wall time is not used). The figure to
+compare with is the 10-tool row.
+
+| registry | CPU per step, median (min–max) | ÷ 10 tools | target | |
+|---|---|---|---|---|
+{table}
+"""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
+    parser.add_argument("--steps", type=int, default=150, help="steps of each run")
+    parser.add_argument("--reps", type=int, default=3, help="rounds over the sizes")
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10, 1000, 10_000])
+    args = parse_args(parser, steps=5, reps=1, sizes=[10, 200])
+    run(10, 3)  # warm-up: imports, first workspace
+    cpu: dict[int, list[float]] = {s: [] for s in args.sizes}
+    for _ in range(args.reps):
+        for size in args.sizes:
+            cpu[size].append(run(size, args.steps))
+            print(size, f"{1000 * cpu[size][-1]:.2f} ms/step", flush=True)
+    command = ".venv/bin/python bench/bench_routing.py" + (" --write" if args.write else "")
+    results = {"machine": machine(), "when": time.strftime("%Y-%m-%d"), "steps": args.steps, "reps": args.reps}
+    results.update(sizes=args.sizes, cpu=cpu)
+    publish(render(results, command), args.write)
+
+
+if __name__ == "__main__":
+    main()
