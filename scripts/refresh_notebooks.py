@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 import nbformat
-from nbclient import NotebookClient
+
+from tea_notebook.notebooks_job import execute_notebook
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -17,9 +18,10 @@ def main() -> None:
     os.environ.pop("TEA_MODEL", None)
     os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
     for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
-        nb = nbformat.read(path, as_version=4)
-        NotebookClient(nb, timeout=600, kernel_name="python3", record_timing=False,
-                       resources={"metadata": {"path": str(path.parent)}}).execute()  # fmt: skip
+        # a kernel of this Python over private Unix sockets (what `tea notebooks --headless` uses)
+        nb, error = execute_notebook(path)
+        if error:
+            sys.exit(f"{path.relative_to(ROOT)} failed, left as it was: {error}")
         nbformat.write(nb, path)
         print("refreshed", path.relative_to(ROOT), file=sys.stderr)
 

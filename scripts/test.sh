@@ -1,15 +1,35 @@
 #!/usr/bin/env bash
-# Set up (a .venv with tea_notebook[dev]) and run every test. Extra arguments go to pytest.
+# Set up (a .venv with tea_notebook[dev,docs]) and run every test. Extra arguments go to pytest.
+# With no arguments (what CI runs) it also builds the documentation site with --strict
+# (what scripts/docs.sh does) and smoke-tests the wheel installed with no extras (scripts/smoke_wheel.sh);
+# TEA_PACKAGE_CHECKS=0 skips those two, TEA_PACKAGE_CHECKS=1 runs them with arguments too.
 set -euo pipefail
-source "$(dirname "${BASH_SOURCE[0]}")/setup.sh" dev
+source "$(dirname "${BASH_SOURCE[0]}")/setup.sh" dev,docs
 ensure_bubblewrap
 ensure_browser
 cd "$ROOT"
+failed=()
+if [ "${TEA_PACKAGE_CHECKS:-$([ $# -eq 0 ] && echo 1 || echo 0)}" = "1" ]; then
+    echo "==> the documentation site (mkdocs build --strict)"
+    start=$(date +%s)
+    site="$(mktemp -d "${TMPDIR:-/tmp}/tea-site.XXXXXX")"
+    NO_MKDOCS_2_WARNING=1 "$VENV/bin/mkdocs" build --strict --quiet --site-dir "$site" \
+        || failed+=("the documentation build (mkdocs build --strict)")
+    rm -rf "$site"
+    echo "==> built in $(( $(date +%s) - start ))s"
+    echo "==> the wheel, installed with no extras (scripts/smoke_wheel.sh)"
+    bash scripts/smoke_wheel.sh || failed+=("the wheel smoke suite")
+    echo "==> the test suite"
+fi
 set +e
 "$VENV/bin/python" -m pytest -q -p no:cacheprovider "$@"
 status=$?
 set -e
 if [ "$status" -eq 5 ]; then
     echo "no tests were collected" >&2
+fi
+if [ "${#failed[@]}" -gt 0 ]; then
+    printf '==> FAILED besides the test suite: %s\n' "${failed[@]}" >&2
+    [ "$status" -ne 0 ] || status=1
 fi
 exit "$status"

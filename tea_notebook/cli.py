@@ -105,7 +105,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         if log:
             print(f"tea run · agent {agent.name} · model {display_name(model)}", flush=True)
-        result = agent.run_sync(args.task, model=args.model)
+        result = agent.run_sync(args.task, model=args.model, raise_on_error=False)  # status and exit code below
     finally:
         if stop:
             stop()
@@ -172,6 +172,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
         engine=args.engine,
         address=args.address,
         progress="off" if args.json else "auto",
+        epochs=args.epochs,
+        reducer=args.reducer,
+        retries=args.retries,
+        fail_on_error=args.fail_on_error,
+        inspect_log=args.inspect_log,
     )
     if args.json:
         print(json.dumps(results.summary()))
@@ -192,6 +197,17 @@ def cmd_runs(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    """Preflight a model: reachable, authenticated, tool calls, JSON mode, context, latency, price."""
+    from tea_notebook.eval.doctor import preflight
+    from tea_notebook.models.client import resolve_model
+
+    model = args.model or resolve_model(None, None, None)[0]
+    report = preflight(model, api_base=args.api_base, timeout=args.timeout)
+    print(json.dumps(report.to_dict()) if args.json else report.text())
+    return 0 if report.ok else 1
+
+
 def cmd_show(args: argparse.Namespace) -> int:
     print(_workspace(args).trajectory(args.run).text())
     return 0
@@ -200,14 +216,32 @@ def cmd_show(args: argparse.Namespace) -> int:
 def cmd_mcp_serve(args: argparse.Namespace) -> int:
     """``tea mcp serve``: the named tools and agents of a workspace, over stdio or streamable HTTP."""
     from tea_notebook._sync import run_sync
-    from tea_notebook.envs.mcp_server import exports, serve
+    from tea_notebook.envs.mcp_server import TOKEN_ENV, answered_hosts, check_bind, exports, http_token, serve
 
+    token, source = None, ""
+    if args.transport == "http":  # refused before the workspace is even opened
+        check_bind(args.host, args.allow_remote, warn=False)  # serve() warns
+        answered_hosts(args.host, args.port, args.allowed_host)
+        token, source = http_token(args.token_env)
+    elif args.token_env or args.allow_remote or args.allowed_host:
+        raise TeaError("--token-env, --allow-remote and --allowed-host apply to --transport http only")
     ws = _workspace(args)
     tools = [t.strip() for t in (args.tools or "").split(",") if t.strip()]
     agents = [a.strip() for a in (args.agents or "").split(",") if a.strip()]
     try:
         exports(ws, tools, agents)  # what is missing is said before anything starts
-        run_sync(serve(ws, tools, agents, transport=args.transport, host=args.host, port=args.port, name=args.name))
+        if source == "generated":  # shown once, here only; never logged
+            print(
+                f"tea mcp serve: clients must send 'Authorization: Bearer {token}' (a new token; set {TOKEN_ENV} "
+                "or use --token-env NAME to choose one)",
+                file=sys.stderr,
+                flush=True,
+            )
+        elif source:
+            print(f"tea mcp serve: clients must send the bearer token from ${source}", file=sys.stderr, flush=True)
+        options = {"host": args.host, "port": args.port, "name": args.name, "token": token}
+        options.update(allow_remote=args.allow_remote, allowed_hosts=args.allowed_host)
+        run_sync(serve(ws, tools, agents, transport=args.transport, **options))
     except KeyboardInterrupt:
         return 130
     finally:
@@ -285,12 +319,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, default=None, help="only the first N tasks")
     p.add_argument("--engine", choices=["local", "ray"], default="local")
     p.add_argument("--address", default=None, help="a Ray cluster to join (default: a local Ray)")
+    p.add_argument("--epochs", type=int, default=1, help="runs of each task (mean ± stderr, pass@k)")
+    p.add_argument("--reducer", default="mean", help="a task's epochs to one score: mean, max, min, median, majority")
+    p.add_argument("--retries", type=int, default=3, help="retries of a sample the model provider failed (default 3)")
+    p.add_argument(
+        "--fail-on-error",
+        type=lambda v: float(v) if "." in v else int(v),
+        default=None,
+        help="stop once this many samples (an int) or this share of them (0.1) failed on the provider's side",
+    )
+    p.add_argument("--inspect-log", default=None, metavar="PATH", help="also write an Inspect AI log (.eval)")
     p.add_argument("--show", type=int, default=20, help="rows of the results to print")
     p.add_argument("--json", action="store_true", help="print only the summary as JSON")
     p.set_defaults(func=cmd_eval)
     p = sub.add_parser("runs", help="list past runs")
     p.add_argument("--limit", type=int, default=20)
     p.set_defaults(func=cmd_runs)
+    p = sub.add_parser(
+        "doctor", help="preflight a model: key, tool calls, JSON mode, context, latency, price (exit 1 if not ready)"
+    )
+    p.add_argument("--model", default=None, help="the model to check (default: $TEA_MODEL, else the offline demo)")
+    p.add_argument("--api-base", default=None, help="an OpenAI-compatible server's URL (http://127.0.0.1:8000/v1)")
+    p.add_argument("--timeout", type=float, default=30.0, help="seconds per check call (default 30)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(func=cmd_doctor)
     p = sub.add_parser("show", help="print one run's trajectory")
     p.add_argument("run")
     p.set_defaults(func=cmd_show)
@@ -310,6 +362,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1", help="HTTP only (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8765, help="HTTP only (default 8765); the endpoint is /mcp")
     p.add_argument("--name", default=None, help="the server's name (default: the workspace folder's)")
+    p.add_argument(
+        "--token-env",
+        default=None,
+        metavar="NAME",
+        help="HTTP only: read the bearer token clients must send from $NAME (default $TEA_MCP_TOKEN, else a new "
+        "token is printed once on stderr)",
+    )
+    p.add_argument(
+        "--allow-remote",
+        action="store_true",
+        help="HTTP only: allow a --host that is not loopback (reachable from other machines; the token is required)",
+    )
+    p.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="HTTP only: a name clients reach the server by, accepted in the Host header (repeatable)",
+    )
     p.set_defaults(func=cmd_mcp_serve)
     return parser
 

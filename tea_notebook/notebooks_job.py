@@ -14,9 +14,12 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -55,18 +58,36 @@ def _current_env_kernels() -> Any:
     return CurrentEnvKernels()
 
 
+def local_kernel_manager(**options: Any) -> Any:
+    """A jupyter_client ``KernelManager`` for a kernel on this machine that talks over Unix sockets.
+
+    ipykernel warns ("Kernel is running over TCP without encryption") for a TCP kernel without CurveZMQ
+    keys, and rightly: every local user can reach a loopback port. Here the kernel's sockets are files in a
+    private folder (mode 0700, removed with the manager). Where there are no Unix sockets (Windows) the
+    manager provisions CurveZMQ keys when pyzmq has them. ``options`` go to ``KernelManager``.
+    """
+    import zmq
+    from jupyter_client.manager import KernelManager
+
+    if os.name != "posix":
+        return KernelManager(transport_encryption="auto" if zmq.has("curve") else "disabled", **options)
+    folder = tempfile.mkdtemp(prefix="tea-kernel-")  # short: a Unix socket path has at most ~107 bytes
+    km = KernelManager(transport="ipc", connection_file=os.path.join(folder, "kernel.json"), **options)
+    weakref.finalize(km, shutil.rmtree, folder, True)
+    return km
+
+
 def execute_notebook(path: Path, cwd: Path | None = None, timeout: int = CELL_TIMEOUT) -> tuple[Any, str | None]:
     """Execute a notebook in a kernel of this Python; ``(notebook, error)``, error None when every cell ran.
 
     On an error the notebook is returned as far as it ran (the failing cell holds the traceback).
     """
     import nbformat
-    from jupyter_client.manager import KernelManager
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 
     nb = nbformat.read(path, as_version=4)
-    km = KernelManager(kernel_name="tea-current-env", kernel_spec_manager=_current_env_kernels())
+    km = local_kernel_manager(kernel_name="tea-current-env", kernel_spec_manager=_current_env_kernels())
     client = NotebookClient(
         nb,
         km=km,
@@ -82,6 +103,10 @@ def execute_notebook(path: Path, cwd: Path | None = None, timeout: int = CELL_TI
         error = f"{type(exc).__name__}: {exc}"
     except RuntimeError as exc:  # the kernel did not start ("Kernel didn't respond in 60 seconds")
         error = f"the kernel ({sys.executable}) did not start: {exc}"
+    finally:
+        # nbclient shuts down only a kernel manager it made itself: this one is ours to stop
+        if km.has_kernel:
+            km.shutdown_kernel(now=True)
     if error is None:
         unrun = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and c.get("execution_count") is None]
         if unrun:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tea_notebook.envs import BUILTIN as BUILTIN_ENVIRONMENTS
 from tea_notebook.envs.sessions import SessionManager
-from tea_notebook.errors import TeaError, WorkspaceError
+from tea_notebook.errors import TeaError, WorkspaceError, WorkspaceSettingChanged
 from tea_notebook.models.embedders import Embedder, embedder_spec, resolve_embedder
 from tea_notebook.protocol.acp import AgentRegistry
 from tea_notebook.protocol.context import Context
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     from tea_notebook.agents.researcher import DeepResearcher
     from tea_notebook.agents.toolself import ToolSelfAgent
     from tea_notebook.agents.training_data import ExportReport
+    from tea_notebook.egress.policy import EgressPolicy
     from tea_notebook.envs.mcp_client import MCPClients
     from tea_notebook.envs.tool_executor import GeneratedToolExecutor
     from tea_notebook.eval.results import EvalResults
@@ -83,10 +85,19 @@ class Workspace:
         self._jobs: "Jobs | None" = None
         self._executor: "GeneratedToolExecutor | None" = None
         self._mcp: "MCPClients | None" = None
+        self._egress: "EgressPolicy | None" = None
         stored = self.db.meta("embedder")
         self.embedder = resolve_embedder(embedder if embedder is not None else stored)
         spec = embedder_spec(self.embedder)
         if spec is not None and spec != stored:
+            if stored:  # a setting of the workspace changes for every later session: say so
+                warnings.warn(
+                    f"workspace {self.path}: its embedder is now {spec!r} (it was {stored!r}), kept for every later "
+                    f"session; searches embed with it from now on. Open it with embedder={stored!r} to go back, or "
+                    "use another folder to try an embedder out.",
+                    WorkspaceSettingChanged,
+                    stacklevel=2,
+                )
             self.db.set_meta("embedder", spec)
         self.tools = ToolRegistry(self, ToolRecord)
         # TCP gets the out-of-process executor of generated tools and the tool manager from here too
@@ -133,6 +144,19 @@ class Workspace:
         self.db.set_meta("default_model", value or "")
 
     @property
+    def egress(self) -> "EgressPolicy":
+        """Where this workspace's model-chosen network actions may go (browser, page reader, sandboxes
+        with network): ``ws.egress.allow("127.0.0.1:8765")``, ``.deny("*.example.com")``; kept in the
+        workspace. See :mod:`tea_notebook.egress.policy` for the rules."""
+        if self._egress is None:
+            from tea_notebook.egress.policy import EgressPolicy
+
+            self._egress = EgressPolicy.from_json(
+                self.db.meta("egress"), on_change=lambda policy: self.db.set_meta("egress", policy.to_json())
+            )
+        return self._egress
+
+    @property
     def jobs(self) -> "Jobs":
         """The background runs started from this workspace in this process (``agent.start(task)``,
         ``%%agent --background``): list them, wait for them, stop them."""
@@ -173,10 +197,19 @@ class Workspace:
         return AgentBank(self)
 
     def agent(self, name: str = "agent", **options: Any) -> "Agent":
-        """A tool-calling agent in this workspace (see :class:`tea_notebook.runtime.agent.Agent`)."""
+        """A tool-calling agent in this workspace (see :class:`tea_notebook.runtime.agent.Agent` for ``options``).
+
+        A new ``name`` makes a new agent and its card in ``ws.agents``. A registered ``name`` loads that
+        agent from its card (its tools, model, settings and provenance: an agent made by T2A keeps its tool
+        list) and never replaces the card. ``options`` that differ from the card are applied as a new version
+        of it, announced by an ``AgentCardUpdated`` warning that names what changed (the previous version is
+        kept: ``ws.agents.versions(name)``, ``ws.agents.rollback(name, version)``); options equal to the
+        card's change nothing. A name registered as another kind (a researcher, a ToolSelf agent, a CORAL
+        team) is refused with a TeaError rather than replaced.
+        """
         from tea_notebook.runtime.agent import Agent
 
-        return Agent(self, name, **options)
+        return Agent.open(self, name, **options)
 
     def planner(self, sub_agents: list[str], name: str = "planner", **options: Any) -> "Agent":
         """The planning agent: todo tool, sub-agents as tools (A2T), the paper's delegation rules."""
@@ -280,21 +313,43 @@ class Workspace:
         agent: "Agent | None" = None,
         task: str | None = None,
         context: Context | None = None,
+        raise_on_error: bool = True,
     ) -> "RunResult":
         """Replay the first ``step`` steps of a run from its events, then continue live (the same task,
         or ``task``; under ``context`` when given, so that its cancel flag stops the new run).
-        For a CORAL run ``step`` counts messages: the new run starts from the first ``step`` messages."""
+        For a CORAL run ``step`` counts messages: the new run starts from the first ``step`` messages.
+
+        The new run goes on with the model the forked run used (and, for an agent loop, its step limit)
+        unless ``model`` is given: a workspace default changed since does not apply. ToolSelf runs,
+        workflow agents (researcher, analyzer) and CORAL members cannot be forked (TeaError). A new run
+        that ends in ``error`` raises :class:`~tea_notebook.errors.RunFailed` unless ``raise_on_error=False``.
+        """
         from tea_notebook.agents.kinds import build
         from tea_notebook.runtime.agent import steps_from_events
+        from tea_notebook.runtime.trajectory import fork_unit
 
         row = self.db.run_row(run_id)
         if row is None:
             raise TeaError(f"no run {run_id!r} to fork")
+        events = self.events.events(row["id"], nested=False)
+        unit = fork_unit(events)
+        if unit is None:
+            raise TeaError(
+                f"run {row['id']} ({row['agent']}) cannot be forked: forking replays an agent loop's steps or a "
+                "CORAL team's messages (not ToolSelf stages, a workflow agent's rounds or a team member's run)"
+            )
+        started = next((e.data for e in events if e.type == "run_started"), {})
+        options: dict[str, Any] = {
+            "model": model or row["model"] or None,  # the run's own model, not today's default
+            "context": context,
+            "raise_on_error": raise_on_error,
+            "_fork": (row["id"], step),
+        }
         runner = agent or build(self, row["agent"])
-        if getattr(runner, "kind", "") == "coral":
+        if unit == "messages":
             history: list[dict[str, Any]] = []  # threads as they were, and the first `step` messages
             count = 0
-            for e in self.events.events(row["id"], nested=False):
+            for e in events:
                 if e.type == "message" and count < step:
                     count += 1
                     history.append({"type": "message", **e.data})
@@ -302,17 +357,15 @@ class Workspace:
                     history.append({"type": "thread", **e.data})
             if count < step:
                 raise TeaError(f"run {row['id']} has only {count} messages; cannot fork from message {step}")
-            return await runner.run(
-                task or row["task"], model=model, context=context, _replay=history, _fork=(row["id"], step)
-            )
-        if getattr(runner, "kind", "agent") == "toolself" or not hasattr(runner, "_new_run"):
-            raise TeaError(f"run {row['id']} ({row['agent']}) cannot be forked: forking replays agent-loop steps")
-        replay = steps_from_events(self.events.events(row["id"], nested=False), step)
+            return await runner.run(task or row["task"], _replay=history, **options)
+        if not hasattr(runner, "_new_run"):
+            raise TeaError(f"run {row['id']} cannot be forked: its agent {row['agent']!r} is no agent loop now")
+        replay = steps_from_events(events, step)
         if len(replay) < step:
             raise TeaError(f"run {row['id']} has only {len(replay)} steps; cannot fork from step {step}")
-        return await runner.run(
-            task or row["task"], model=model, context=context, _replay=replay, _fork=(row["id"], step)
-        )
+        if started.get("max_steps"):
+            options["max_steps"] = started["max_steps"]
+        return await runner.run(task or row["task"], _replay=replay, **options)
 
     def context(self, name: str | None = None) -> Context:
         """A new run context for bind / route / invoke (``with ws.context() as ctx:``)."""

@@ -151,15 +151,18 @@ def encrypted_pdf(
 
 
 def corrupt_pdf(folder: str | Path, name: str = "corrupt.pdf", *, kind: str = "garbage") -> Path:
-    """A broken PDF: ``kind="garbage"`` is a PDF header then random bytes; ``"truncated"`` is the first
-    third of a valid two-page PDF (cut inside the first page's content stream, no xref, no trailer)."""
+    """A broken PDF: ``kind="garbage"`` is a PDF header then random bytes; ``"text"`` a PDF header then
+    plain text (what a text reader would happily return); ``"truncated"`` is the first third of a valid
+    two-page PDF (cut inside the first page's content stream, no xref, no trailer)."""
     if kind == "garbage":
         data = b"%PDF-1.4\n" + random.Random(7).randbytes(2048)
+    elif kind == "text":
+        data = b"%PDF-1.4 garbage, not a document\n"
     elif kind == "truncated":
         whole = _pdf_bytes(["This page was cut off in transit.", "So was this one."])
         data = whole[: whole.index(b"stream\n") + 20]
     else:
-        raise ValueError(f"kind must be 'garbage' or 'truncated', not {kind!r}")
+        raise ValueError(f"kind must be 'garbage', 'text' or 'truncated', not {kind!r}")
     path = _target(folder, name)
     path.write_bytes(data)
     return path

@@ -18,7 +18,7 @@ import time  # noqa: E402
 import pytest  # noqa: E402
 
 import tea_notebook  # noqa: E402
-from tea_notebook.errors import TeaError  # noqa: E402
+from tea_notebook.errors import RunFailed, TeaError  # noqa: E402
 from tea_notebook.models.offline import ScriptedModel, call  # noqa: E402
 from tea_notebook.protocol.records import EnvironmentRecord  # noqa: E402
 from tea_notebook.runtime.trajectory import Trajectory  # noqa: E402
@@ -362,7 +362,9 @@ def test_invalid_outputs_are_observations_in_the_next_prompt(ws, adder, bad_turn
 def test_consecutive_invalid_steps_end_the_run_with_a_readable_error(ws, adder):
     script = ScriptedModel([call("nope"), call("add_numbers", a="x", b=1), call("nope")] + [call("nope")] * 5)
     agent = ws.agent("e", model=script.name, tools=["add_numbers"], max_consecutive_errors=3)
-    result = agent.run_sync("add")
+    with pytest.raises(RunFailed, match="ended in error: 3 consecutive malformed model outputs") as failed:
+        agent.run_sync("add")
+    result = failed.value.result  # nothing lost: the stored run's result rides on the exception
     assert result.status == "error" and not result.success
     assert result.steps == 3
     assert result.error.startswith("3 consecutive malformed model outputs; last: unknown action(s) nope")
@@ -372,7 +374,8 @@ def test_consecutive_invalid_steps_end_the_run_with_a_readable_error(ws, adder):
     assert [e.data["consecutive"] for e in errors] == [1, 3]
 
     schema_only = ScriptedModel([call("add_numbers", a="x", b=1)] * 5)
-    result = ws.agent("e", model=schema_only.name, tools=["add_numbers"], max_consecutive_errors=2).run_sync("add")
+    agent = ws.agent("e", model=schema_only.name, tools=["add_numbers"], max_consecutive_errors=2)
+    result = agent.run_sync("add", raise_on_error=False)
     assert result.status == "error" and result.steps == 2
     assert result.error == "2 consecutive steps whose every action was invalid"
 
@@ -397,7 +400,8 @@ def test_a_valid_step_resets_the_error_counter(ws, adder):
 
 def test_repeated_bad_done_counts_towards_max_consecutive_errors(ws):
     script = ScriptedModel([call("done", text="no success field")] * 6)
-    result = ws.agent("d", model=script.name, tools=[], max_consecutive_errors=2, max_steps=6).run_sync("t")
+    agent = ws.agent("d", model=script.name, tools=[], max_consecutive_errors=2, max_steps=6)
+    result = agent.run_sync("t", raise_on_error=False)
     assert result.status == "error"
     assert result.steps == 2
 

@@ -26,6 +26,7 @@ import struct  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import sysconfig  # noqa: E402
+import textwrap  # noqa: E402
 import time  # noqa: E402
 import uuid  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -552,6 +553,56 @@ def test_bad_files_are_observations_and_the_run_goes_on(shared, tmp_path):
     # only the readable file reached the model
     assert [ref for ref, _ in analyst.excerpts()] == ["tasting.txt, whole document"]
     assert len(shared.trajectory(result.run_id).steps) == 2
+
+
+def test_a_binary_document_without_real_text_is_an_error_never_its_bytes(shared, tmp_path):
+    """A 'PDF' that is a header and plain text was handed to the model as its text (markitdown's dispatch
+    fell back to reading it as text) and the run succeeded; a PDF with no text gave the model nothing."""
+    garbage = df.corrupt_pdf(tmp_path, "garbage.pdf", kind="text")
+    blank = df.pdf(tmp_path, [""], name="blank.pdf")
+    analyst = Analyst({})
+    analyzer = shared.analyzer("analyzer_no_text", model=analyst.name)
+    result = analyzer.run_sync("What does the report say?", files=[str(garbage), str(blank)])
+    assert result.status == "failed" and analyst.calls == []  # nothing was readable: the model was not asked
+    actions = mdify_actions(shared, result.run_id)
+    assert observation_for(actions, "garbage.pdf").startswith("Error: garbage.pdf: the PDF file is corrupt")
+    assert "blank.pdf: the PDF file gave no text" in observation_for(actions, "blank.pdf")
+    assert (
+        "garbage.pdf: the PDF file is corrupt" in result.answer
+        and "blank.pdf: the PDF file gave no text" in result.answer
+    )
+
+    good = df.txt(tmp_path, f"Tasting notes.\n{NOTE_FACT}\n", name="tasting.txt")
+    analyst = Analyst({"8.6 out of 10": "The first flush was rated 8.6/10"})
+    analyzer = shared.analyzer("analyzer_no_text_2", model=analyst.name)
+    result = analyzer.run_sync("How was the first flush rated?", files=[str(garbage), str(good)])
+    assert result.success and "**Could not read:** garbage.pdf: the PDF file is corrupt" in result.answer
+    assert [ref for ref, _ in analyst.excerpts()] == ["tasting.txt, whole document"]
+    assert not any("%PDF" in str(messages) for _, _, messages in analyst.calls)
+
+
+def test_a_converter_that_gives_back_raw_bytes_is_refused_on_the_host(shared, tmp_path):
+    """The host's guard behind the converter: a converter that hands back a binary file as text (what
+    markitdown's fallback did) is refused, whatever it ran."""
+    echo = textwrap.dedent(
+        """
+        import os
+
+        def convert(path, out, name, limits):
+            os.makedirs(os.path.dirname(out), exist_ok=True)
+            with open(path, "rb") as fh:
+                text = fh.read().decode("latin-1")
+            with open(out, "w", encoding="utf-8") as fh:
+                fh.write(text)
+            return {"kind": "pdf", "chars": len(text), "problems": [], "members": []}
+        """
+    )
+    raw = DocumentConverter(shared)
+    raw._source, raw._hash = echo, hashlib.sha256(echo.encode()).hexdigest()
+    garbage = df.corrupt_pdf(tmp_path, "garbage.pdf", kind="text")
+    with pytest.raises(DocumentError, match="garbage.pdf: the conversion gave back the file's raw bytes"):
+        raw.convert_sync(garbage)
+    assert raw.convert_sync(df.txt(tmp_path, "plain words")).markdown.strip() == "plain words"  # text stays text
 
 
 def test_nothing_readable_fails_without_asking_the_model(shared, tmp_path):

@@ -245,28 +245,41 @@ def test_background_cell_returns_at_once_and_its_view_updates_after(bk):
     assert ex.status == "ok", ex.reply["content"]
     assert ex.elapsed < 1.5, f"the cell took {ex.elapsed:.2f} s: it waited for the run"
     shown = ex.of_type("display_data")
-    view_ids = [m["content"]["transient"]["display_id"] for m in shown if "display_id" in m["content"]["transient"]]
+    view_ids = [
+        m["content"]["transient"]["display_id"]
+        for m in shown
+        if "class='tea-t'" in m["content"]["data"].get("text/html", "")
+    ]
     assert len(view_ids) == 1
     widgets = [m for m in shown if "application/vnd.jupyter.widget-view+json" in m["content"]["data"]]
     assert len(widgets) == 1  # the Stop button
-    assert "running in the background" in ex.result["data"]["text/html"]
+    # the cell's value, the handle, is a line of its own that will change when the run ends
+    assert not ex.of_type("execute_result")
+    line = [m["content"] for m in shown if "running in the background" in m["content"]["data"].get("text/html", "")]
+    assert len(line) == 1 and line[0]["transient"]["display_id"] not in view_ids
     run_id = bk.json("job.run_id")  # the cell waited for the run to start (not to end): its value names it
-    assert run_id and f"<code>{run_id}</code>" in ex.result["data"]["text/html"]
+    assert run_id and f"<code>{run_id}</code>" in line[0]["data"]["text/html"]
+    assert bk.json("_ is job")  # still the cell's value
     # the kernel is free: another cell runs while the run goes on
     assert bk.json("job.status") == "running"
     assert bk.ok("21 * 2").result["data"]["text/plain"] == "42"
-    # the view's updates after the cell ended are still messages of that cell, up to the final one
-    updates = messages_of(
-        bk,
-        cell,
-        time.monotonic() + 30,
-        finished,
-    )
+    # the view's updates after the cell ended are still messages of that cell, up to the final one;
+    # and the handle's line is updated to the final status
+    line_id = line[0]["transient"]["display_id"]
+
+    def line_updated(messages: list[dict[str, Any]]) -> bool:
+        return any(m["content"].get("transient", {}).get("display_id") == line_id for m in messages)
+
+    updates = messages_of(bk, cell, time.monotonic() + 30, lambda ms: finished(ms) and line_updated(ms))
     kinds = [m["msg_type"] for m in updates]
     assert kinds and set(kinds) <= {"update_display_data", "comm_close", "comm_msg"}, kinds
     final = [m for m in updates if finished([m])][-1]["content"]
     assert final["transient"]["display_id"] == view_ids[0]
     assert final["data"][MIME]["status"] == "success" and final["data"][MIME]["answer"] == "done in the background"
+    ended = [m["content"] for m in updates if m["content"].get("transient", {}).get("display_id") == line_id]
+    assert len(ended) == 1, kinds
+    assert "ended: success" in ended[0]["data"]["text/html"] and "running" not in ended[0]["data"]["text/html"]
+    assert ended[0]["data"]["text/plain"].startswith("RunHandle('bg1', success, ")
     assert bk.json("[job.status, job.result(5).steps]") == ["success", 31]
 
 
@@ -326,8 +339,9 @@ def test_a_background_run_that_errors_says_so_in_its_view_not_in_other_cells(bk)
 def test_background_with_quiet_has_no_view_and_the_handle_reads_as_text(bk):
     model = scripted(bk, "m4", 2, "quiet")
     ex = bk.ok(f"%%agent q --background --quiet --model {model} --tools tick --max-steps 500 --out qh\nTick twice.")
-    assert not ex.of_type("display_data")
-    text = ex.result["data"]["text/plain"]
+    shown = ex.of_type("display_data")
+    assert len(shown) == 1 and MIME not in shown[0]["content"]["data"]  # only the handle's line: no view
+    text = shown[0]["content"]["data"]["text/plain"]
     assert text.startswith("RunHandle('q', ")
     assert json.loads(json.dumps(bk.json("qh.result(10).answer"))) == "quiet"
 
@@ -335,7 +349,8 @@ def test_background_with_quiet_has_no_view_and_the_handle_reads_as_text(bk):
 def test_the_first_model_call_imports_litellm_off_the_loop(tmp_path):
     """litellm's first import takes seconds; made on the shared loop it would freeze every other run and
     live view (a second background run would not even start). In a fresh process: the loop keeps
-    ticking while the first run imports it."""
+    ticking while the first run imports it. (Offline ``tea/`` models never import litellm, so the
+    run calls a hosted-model name whose local server refuses the connection at once.)"""
     import subprocess
     import sys
 
@@ -357,10 +372,16 @@ import threading
 stop = threading.Event()
 beat = submit(heartbeat(stop))
 started = time.perf_counter()
-result = ws.agent("a", tools=[], model="tea/test").start("Hello.").result(60)
+scripted = ws.agent("s", tools=[], model="tea/test").run_sync("Hello.")
+assert "litellm" not in sys.modules, "a scripted run imported litellm"
+started = time.perf_counter()
+try:
+    result = ws.agent("a", tools=[], model="openai/gpt-4o-mini").start("Hello.").result(60)
+except Exception as exc:  # RunFailed: the refused connection ends the run in error
+    result = exc.result
 took = time.perf_counter() - started
 stop.set(); beat.result(5)
-assert "litellm" in sys.modules and result.status in ("success", "failed", "unverified"), result
+assert "litellm" in sys.modules and result.status == "error" and "cannot reach" in result.error, result
 print(round(took, 2), round(max(gaps), 3))
 """
     out = subprocess.run(
@@ -368,7 +389,11 @@ print(round(took, 2), round(max(gaps), 3))
         capture_output=True,
         text=True,
         timeout=120,
-        env={**__import__("os").environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
+        env={
+            **__import__("os").environ,
+            "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+            "OPENAI_API_BASE": "http://127.0.0.1:9/v1",  # the discard port: nothing listens
+        },
     )
     assert out.returncode == 0, out.stderr[-2000:]
     took, worst_gap = map(float, out.stdout.split())

@@ -962,6 +962,18 @@ def test_html_live_view_and_run_listing(ws):
     assert [r["id"] for r in runs] == [result.run_id]  # the members and wrapped agents are nested, not listed
     assert runs[0]["agent"] == "team" and runs[0]["status"] == "success"
 
+    # the team takes no steps itself: every header counts its members' (it used to say "0 steps")
+    def tree(t: Any) -> int:
+        return len(t.steps) + sum(tree(c) for c in t.children)
+
+    total = tree(tr)
+    assert not tr.steps and total > 0
+    said = f"<span>{total} steps (by sub-agents)</span>"
+    assert said in html.split("</div>", 1)[0]  # the first line: the team's header
+    assert said in live and said in view.summary().data
+    assert view.bundle()._text().endswith(f"{total} steps (by sub-agents)")
+    assert ws.db.step_counts([result.run_id]) == {result.run_id: (0, total)}
+
 
 def test_html_has_a_section_per_thread(ws):
     register_tools(ws)

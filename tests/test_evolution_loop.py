@@ -363,6 +363,24 @@ def test_failure_experience_changes_the_approach_and_ground_truth_reaches_the_ju
     assert [e.kind for e in second.experiences] == ["success"]
 
 
+def test_a_ground_truth_is_compared_by_the_framework_not_left_to_the_judge(ws):
+    world = World(judge_success=True)  # a judge that calls every answer completed
+    loop = Mem2Evolve(ws, model=world.model.name)
+    wrong = loop.run(VOWELS_1, ground_truth="99")
+    assert wrong.answer in ("2", "3") and not wrong.success  # the judge said completed; the answer is not 99
+    assert wrong.judgement.judge_completed and wrong.judgement.overruled
+    assert ws.db.run_row(wrong.run_id)["status"] == "failed"
+    assert "does not match the ground truth '99'; the judge said completed" in repr(wrong.judgement)
+    assert "the answer does not match it; the judge said completed" in wrong._repr_html_()
+    assert [e.kind for e in wrong.experiences if e.kind in ("success", "failure")] == ["failure"]
+    assert not wrong.judgement.performance(1, default=True)  # no agent is credited with a wrong answer
+
+    world.judge_success, world.guess = False, "3"  # a judge that calls nothing completed; by eye or by tool: 3
+    right = loop.run(VOWELS_1, ground_truth=" 3.0 ")  # GAIA's normalised comparison: 3 == 3.0
+    assert right.answer == "3" and right.success and right.judgement.overruled
+    assert "matches the ground truth ' 3.0 '; the judge said not completed" in repr(right.judgement)
+
+
 def test_plan_dependencies_are_checked_and_results_flow_to_dependants(ws):
     world = World(
         plans=[

@@ -44,7 +44,7 @@ def test_the_live_view_sends_the_trajectory_payload_marked_live_with_its_kernel(
     assert MIME_TYPE not in view.bundle()._repr_mimebundle_()[0]  # nothing started yet: HTML only
     view(event("run_started", agent="planner", task="Plan <b>it</b>.", model="tea/test"))
     view(event("tool_call", step=1, id="c1", name="search", arguments={"q": "tea"}))
-    view(event("tool_result", step=1, id="c1", ok=True, observation="found"))
+    view(event("tool_result", step=1, id="c1", ok=True, observation="found", latency=0.25))
     view(event("step", step=1, thinking="look it up", next_goal="answer"))
     view(event("run_started", run_id="r2", parent="r1", agent="helper", task="Help.", model="tea/test"))
     view(event("tool_call", run_id="r2", step=1, id="c2", name="lookup", arguments={}))
@@ -67,7 +67,7 @@ def test_the_live_view_sends_the_trajectory_payload_marked_live_with_its_kernel(
         "run_id": "r1",
         "kernel": KERNEL,
         "live": True,
-        "latency": {"steps": [0.0], "children": [{"steps": [0.0], "children": []}]},
+        "latency": {"steps": [0.0], "tools": [0.25], "children": [{"steps": [0.0], "tools": [0.0], "children": []}]},
     }
     assert "text/html" in data and "tea-stop" in data["text/html"]  # the plain fallback keeps its own button
     json.dumps(data)  # JSON-ready
@@ -237,6 +237,44 @@ def test_the_sidebar_gets_the_workspace_state_and_trajectories(ws, warm_litellm)
     comm.closer({})
     assert comms.comms == []
     assert workspace_state(ws)["sections"]["runs"][0]["title"] == "adder · success"
+
+
+def test_the_sidebar_tells_two_runs_of_one_agent_apart(ws, warm_litellm):
+    """Each run item has a line with its start time, the shortest unique id prefix, its steps (a team's
+    counted over its members) and its task's first words, so two runs of one agent differ."""
+    import re
+
+    from tea_notebook.models.offline import ScriptedModel, call
+    from tea_notebook.notebook.sidebar_comm import unique_prefixes
+
+    @ws.tools.tool
+    def add(a: int, b: int) -> int:
+        """Add two numbers."""
+        return a + b
+
+    adder = ws.agent("adder", tools=["add"])
+    first = adder.run_sync(
+        "Add 1 and 2.\nThen say it.",
+        model=ScriptedModel([call("add", a=1, b=2), call("done", success=True, text="3")]).name,
+    )
+    second = adder.run_sync("Add 5 and 5.", model=ScriptedModel([call("done", success=True, text="10")]).name)
+    runs = {r["name"]: r for r in workspace_state(ws)["sections"]["runs"]}
+    one, two = runs[first.run_id], runs[second.run_id]
+    assert one["title"] == two["title"] == "adder · success"
+    assert one["subtitle"] != two["subtitle"]
+    for item, run, steps, gist in ((one, first, "2 steps", "Add 1 and 2."), (two, second, "1 steps", "Add 5 and 5.")):
+        when, prefix, shown_steps, shown_gist = item["subtitle"].split(" · ")
+        assert re.fullmatch(r"\d\d:\d\d:\d\d", when) and item["details"]["started"] == when
+        assert run.run_id.startswith(prefix) and len(prefix) >= 8
+        assert shown_steps == steps == item["details"]["steps"] and shown_gist == gist
+    assert one["subtitle"].split(" · ")[1] != two["subtitle"].split(" · ")[1]
+    # ids of one session share their first characters: the prefix grows until it differs
+    assert unique_prefixes(["1a2190abcd01", "1a2190abcd02", "ffff00001111"]) == {
+        "1a2190abcd01": "1a2190abcd01",
+        "1a2190abcd02": "1a2190abcd02",
+        "ffff00001111": "ffff0000",
+    }
+    assert ws.db.step_counts([first.run_id, "no-such-run"]) == {first.run_id: (2, 2), "no-such-run": (0, 0)}
 
 
 def test_the_comm_target_is_registered_only_in_a_kernel(ip):

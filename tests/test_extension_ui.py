@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import time
 from pathlib import Path
@@ -471,9 +472,22 @@ def _sidebar(lp: Page, shots: Any) -> None:
     names = {tools.nth(i).get_attribute("data-name") for i in range(tools.count())}
     assert {"slow", "lookup"} <= names
     bar.locator(".tea-sb-tools .tea-sb-item[data-name=slow] > summary").click()
-    assert "Wait a little" in bar.locator(".tea-sb-tools .tea-sb-item[data-name=slow]").inner_text()
+    slow = bar.locator(".tea-sb-tools .tea-sb-item[data-name=slow]")
+    assert "Wait a little" in slow.inner_text()
+    # the source as code, line by line (not one collapsed paragraph); usage and versions as tables
+    source = slow.locator("[data-detail=source] pre.tea-code")
+    assert source.count() == 1 and "def slow(" in source.inner_text() and "\n" in source.inner_text().strip()
+    assert slow.locator("[data-detail=versions] table.tea-sb-table tbody tr").count() >= 1
+    assert slow.locator("[data-detail=usage] table.tea-sb-table th", has_text="calls").count() == 1
+    assert slow.locator("[data-detail=schema] table.tea-sb-table th", has_text="parameter").count() == 1
+    assert "{" not in slow.locator("[data-detail=usage]").inner_text()  # no raw JSON
+    shots(slow, "sidebar-tool")
     runs = bar.locator(".tea-sb-runs .tea-sb-item")
     assert runs.count() >= 3  # planner, slowpoke, the fork
+    # two runs of one agent (the planner and its fork) are told apart: time, id prefix, steps, task
+    lines = [runs.nth(i).locator(".tea-sb-sub").inner_text() for i in range(runs.count())]
+    assert len(set(lines)) == len(lines), lines
+    assert all(re.match(r"\d\d:\d\d:\d\d · [0-9a-f]{8,} · \d+ steps", line) for line in lines), lines
     bar.locator("input.tea-sb-search").fill("planner")
     shots(bar, "sidebar")
     planner_run = bar.locator(".tea-sb-runs .tea-sb-item").filter(has_text="planner · success").last
@@ -610,6 +624,13 @@ def test_background_runs_leave_the_kernel_free_and_finish_in_their_cells(lab, br
             assert "tokens (estimated)" in view.locator("[data-tea=tokens]").inner_text()  # a scripted model
             assert lp.cell(index).locator("[data-tea=stop]").count() == 0
             assert lp.cell(index).locator("button.jupyter-button").count() == 0  # the Stop widget is gone
+            # the handle's line, the cell's value, says how it ended (no longer "running in the background")
+            page.wait_for_function(
+                f"""() => window.jupyterapp.shell.currentWidget.content.widgets[{index}].node
+                           .innerText.includes('ended: success')""",
+                timeout=10000,
+            )
+            assert "running in the background" not in lp.cell(index).inner_text()
         lp.run(6)
         jobs = json.loads(lp.outputs_text(6))[0]["data"]["text/html"]
         assert "first" in jobs and "second" in jobs and jobs.count("success") == 2

@@ -346,6 +346,30 @@ def test_tool_source_keeps_a_trailing_comment(ip, ws):
     assert ws.tools.get("add").source == cell
 
 
+def test_a_tool_that_calls_open_is_not_warned_about_and_runs_in_another_process(ip, ws, tmp_path):
+    """IPython puts its own ``open`` (a wrapper of the builtin) in the namespace: that is the builtin to a
+    rebuilt tool, not a notebook variable that a restart would lose."""
+    import subprocess
+    import sys
+    import warnings
+
+    assert ip.user_ns["open"] is not open and ip.user_ns["open"].__wrapped__ is open
+    cell = 'def first_line(path: str) -> str:\n    """The first line of a text file."""\n    with open(path) as fh:\n        return fh.readline().strip()'
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        tool(ip, cell + "\n")
+    assert ws.tools.get("first_line").source == cell  # no import line invented for open
+    notes = tmp_path / "notes.txt"
+    notes.write_text("tea at four\nand more\n", encoding="utf-8")
+    script = (
+        f"import tea_notebook\nws = tea_notebook.Workspace({str(ws.path)!r})\n"
+        f"r = ws.tools.invoke('first_line', {{'path': {str(notes)!r}}})\nprint('@@', r.ok, r.value if r.ok else r.error)"
+    )
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
+    assert "@@ True tea at four" in out.stdout, out.stdout + out.stderr
+
+
 # -- %%agent ------------------------------------------------------------------------------------
 def test_task_braces_and_dollars_are_kept_without_interpolate(ip, ws):
     ip.user_ns["x"] = "SECRET-VALUE"
@@ -456,12 +480,50 @@ def test_one_cells_options_do_not_leak_into_the_next(ip, ws, option):
     assert "Never boil it dry." not in prompt_text(second)  # no environment carried over
 
 
-@pytest.mark.parametrize("line, missing", [("--env nowhere", "nowhere"), ("--tools nosuchtool", "nosuchtool")])
-def test_unknown_env_or_tool_is_a_usage_error(ip, ws, line, missing):
+def test_unknown_env_is_a_usage_error(ip, ws):
     with pytest.raises(UsageError) as info:
-        agent(ip, "Do it.", f"--model tea/test --quiet {line}")
-    assert missing in str(info.value) and "run ended with an error" in str(info.value)
+        agent(ip, "Do it.", "--model tea/test --quiet --env nowhere")
+    assert "nowhere" in str(info.value) and "run ended with an error" in str(info.value)
     assert [r["status"] for r in ws.runs()] == ["error"]
+
+
+def test_a_misspelt_tool_is_refused_before_any_run_with_did_you_mean(ip, ws):
+    """``--tools`` names are checked before the run starts (no run, no stored error), each unknown
+    one with the closest registered names; the Python API runs the same check."""
+    from tea_notebook.errors import NotFoundError
+
+    tool(ip, ADD + "\n\n" + SHOUT)
+    with pytest.raises(UsageError) as info:
+        agent(ip, "Shout it.", "--model tea/test --quiet --tools add,shuot,nosuchtool")
+    message = str(info.value)
+    assert message.startswith("--tools: ")
+    assert "'shuot' (did you mean shout?)" in message
+    assert "'nosuchtool'" in message and "'add'" not in message
+    assert ws.runs() == []
+    helper = ws.agent("typo", tools=["ad"])
+    with pytest.raises(NotFoundError, match=r"no tool named 'ad' \(did you mean add\?\)"):
+        helper.run_sync("Add.", model="tea/test")
+    assert ws.runs() == []
+    with pytest.raises(NotFoundError, match="did you mean shout"):
+        ws.tools.get("shuot")  # every lookup by name suggests the same way
+
+
+@pytest.mark.parametrize("value", ["0", "-3"])
+def test_max_steps_below_one_is_refused_as_the_python_api_refuses_it(ip, ws, value):
+    from tea_notebook.runtime.agent import Agent
+
+    tool(ip, ADD)
+    with pytest.raises(UsageError, match=rf"--max-steps must be a whole number of 1 or more .*not {value}"):
+        agent(ip, "Add.", f"--model tea/test --quiet --max-steps {value}")
+    with pytest.raises(UsageError, match="--max-steps must be a whole number of 1 or more"):
+        tea(ip, f"eval agent sample --max-steps {value} --quiet")
+    with pytest.raises(UsageError, match="--max-steps must be"):
+        agent(ip, "Research.", f"researcher --model tea/test --quiet --max-steps {value}")
+    with pytest.raises(ValueError, match="max_steps must be a whole number of 1 or more"):
+        Agent(ws, "zero", max_steps=int(value))
+    with pytest.raises(ValueError, match="max_steps must be a whole number of 1 or more"):
+        ws.agent("one", tools=["add"]).run_sync("Add.", model="tea/test", max_steps=int(value))
+    assert ws.runs() == []
 
 
 def test_registered_agent_keeps_its_settings(ip, ws):
@@ -498,9 +560,74 @@ def test_run_result_plot_has_three_axes(ip, ws):
     fig = res.plot()
     assert isinstance(fig, Figure) and len(fig.axes) == 3
     titles = [ax.get_title() for ax in fig.axes]
-    assert titles == ["tokens per step", "cost per step (USD)", "model latency per step (ms)"]
+    assert titles == ["tokens per step", "cost per step (USD)", "time per step (s)"]
     bars = [p.get_height() for p in fig.axes[0].patches]
     assert len(bars) == 2 * res.steps and sum(bars) == res.prompt_tokens + res.completion_tokens
+
+
+SLOW = '''def slow(seconds: float) -> str:
+    """Wait, then say so."""
+    import time
+
+    time.sleep(seconds)
+    return "waited"
+'''
+
+
+def test_step_times_include_tool_time_shown_apart_from_the_models(ip, ws):
+    """A step's time is its model's and its tools' (calls run at once counted once); the plot stacks
+    the two, the bundle's metadata carries both, and step axes tick at whole numbers only."""
+    pytest.importorskip("matplotlib")
+    tool(ip, SLOW)
+    script = ScriptedModel(
+        [
+            [call("slow", seconds=0.3), call("slow", seconds=0.3)],
+            call("slow", seconds=0.2),
+            call("done", success=True, text="ok"),
+        ]
+    )
+    res = agent(ip, "Wait twice.", f"--model {script.name} --quiet")
+    assert res.status == "success", res.error
+    steps = ws.trajectory(res.run_id).steps
+    assert 0.6 <= steps[0].tool_time < 0.9 and 0.2 <= steps[1].tool_time < 0.4 and steps[2].tool_time < 0.1
+    assert steps[0].seconds == pytest.approx(steps[0].latency + steps[0].tool_time)
+    _, metadata = ws.trajectory(res.run_id)._repr_mimebundle_()
+    times = metadata[MIME_TYPE]["latency"]
+    assert times["tools"] == [round(s.tool_time, 3) for s in steps]
+    assert times["steps"] == [round(s.latency, 3) for s in steps]
+    fig = res.plot()
+    model_bars, tool_bars = fig.axes[2].patches[:3], fig.axes[2].patches[3:]
+    assert [b.get_height() for b in tool_bars] == pytest.approx([s.tool_time for s in steps])
+    assert [b.get_y() for b in tool_bars] == pytest.approx([b.get_height() for b in model_bars])  # stacked
+    assert [t.get_text() for t in fig.axes[2].get_legend().get_texts()] == ["model", "tools"]
+    one = agent(ip, "Answer.", f"--model {ScriptedModel([call('done', success=True, text='ok')]).name} --quiet")
+    for figure in (fig, one.plot()):  # one step too: a single whole number in view, no fractions
+        figure.canvas.draw()
+        for ax in figure.axes:
+            ticks = [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
+            assert ticks and all(float(t).is_integer() for t in ticks), (ax.get_title(), ticks)
+
+
+def test_tool_time_counts_calls_that_ran_at_once_once():
+    from tea_notebook.runtime.trajectory import StepView
+
+    step = StepView(1, latency=0.5)
+    for ended, took in ((10.0, 2.0), (10.5, 1.0), (13.0, 1.0), (14.0, None)):  # 8-10 and 9.5-10.5 overlap
+        step.add_tool_result(ended, took)
+    assert step.tool_time == pytest.approx(3.5) and step.seconds == pytest.approx(4.0)
+
+
+def test_plots_show_as_images_under_the_agg_backend(ip, ws):
+    """Under ``matplotlib.use("Agg")`` IPython has no PNG printer for figures: ours render themselves."""
+    pytest.importorskip("matplotlib")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    tool(ip, ADD)
+    res = agent(ip, "Add two numbers.", "--model tea/test --quiet")
+    for fig in (res.plot(), tea(ip, "plot")):
+        data, _ = ip.display_formatter.format(fig)
+        assert data["image/png"][:8] == b"\x89PNG\r\n\x1a\n", sorted(data)
 
 
 def test_trajectory_displays_with_the_custom_mime_type(ip, ws):

@@ -51,6 +51,36 @@ def test_headless_exits_0_and_prints_both_paths(headless):
 
 
 @pytest.mark.slow
+def test_headless_kernel_does_not_talk_plain_tcp(headless):
+    proc, _, _ = headless
+    assert proc.returncode == 0
+    assert "without encryption" not in proc.stderr, proc.stderr[-2000:]
+
+
+def test_a_notebook_runs_in_a_kernel_over_private_unix_sockets(tmp_path):
+    """What the headless job and the tutorial runs use: no TCP port, so no plain-text warning, and the
+    sockets' folder is gone afterwards."""
+    path = tmp_path / "tiny.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print(6 * 7)")]), path)
+    script = (
+        "import sys, os; from pathlib import Path; from tea_notebook.notebooks_job import execute_notebook, "
+        "local_kernel_manager\n"
+        "km = local_kernel_manager(); folder = os.path.dirname(km.connection_file)\n"
+        "print('transport', km.transport, oct(os.stat(folder).st_mode & 0o777)); del km\n"
+        "print('kept', os.path.exists(folder))\n"
+        "nb, error = execute_notebook(Path(sys.argv[1]))\n"
+        "print('error', error); print('out', nb.cells[0].outputs[0].text.strip())\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script, str(path)], capture_output=True, text=True, timeout=120, env=_offline_env()
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "transport ipc 0o700" in proc.stdout and "kept False" in proc.stdout
+    assert "error None" in proc.stdout and "out 42" in proc.stdout
+    assert "without encryption" not in proc.stderr, proc.stderr[-2000:]
+
+
+@pytest.mark.slow
 def test_executed_notebook_has_outputs_and_no_errors(headless):
     _, out, _ = headless
     nb = nbformat.read(out / "01_quickstart.ipynb", as_version=4)

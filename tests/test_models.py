@@ -23,7 +23,7 @@ from pydantic import BaseModel, Field  # noqa: E402
 
 import tea_notebook  # noqa: E402
 from tea_notebook._sync import run_sync  # noqa: E402
-from tea_notebook.errors import TeaError  # noqa: E402
+from tea_notebook.errors import RunFailed, TeaError  # noqa: E402
 from tea_notebook.models.client import (  # noqa: E402
     DEMO_MODEL,
     NO_MODEL_NOTE,
@@ -520,7 +520,7 @@ def test_script_exhausted_surfaces_unwrapped_and_fast():
 
 def test_script_exhausted_ends_an_agent_run_with_error(math_ws):
     script = ScriptedModel([call("add", a=1, b=1)])
-    result = math_ws.agent("x", tools=["add"], model=script.name).run_sync("add")
+    result = math_ws.agent("x", tools=["add"], model=script.name).run_sync("add", raise_on_error=False)
     assert result.status == "error" and "turn 2 was asked for" in result.error
     errors = [e.data for e in math_ws.events.events(result.run_id) if e.type == "error"]
     assert errors and errors[-1]["kind"] == "ScriptExhausted"
@@ -811,7 +811,9 @@ def test_agent_run_replays_from_a_cassette(math_ws, tmp_path):
     assert "replayed cassette" in started["model_display"]
 
     # a changed task diverges: the run ends with an error that carries the diff
-    third = math_ws.agent("a", tools=["add", "shout"], model=replay).run_sync("add 2 and 4, then shout it")
+    third = math_ws.agent("a", tools=["add", "shout"], model=replay).run_sync(
+        "add 2 and 4, then shout it", raise_on_error=False
+    )
     assert third.status == "error" and "diverged at call" in third.error and "add 2 and 4" in third.error
 
 
@@ -832,7 +834,9 @@ def test_missing_provider_key_is_one_clear_sentence(monkeypatch):
 
 def test_missing_key_ends_agent_run_with_error(math_ws, monkeypatch):
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    result = math_ws.agent("k", tools=["add"], model="openai/gpt-4.1-mini").run_sync("add")
+    with pytest.raises(RunFailed, match="OPENAI_API_KEY") as failed:  # no key: the run raises, stored
+        math_ws.agent("k", tools=["add"], model="openai/gpt-4.1-mini").run_sync("add")
+    result = failed.value.result
     assert result.status == "error" and "OPENAI_API_KEY" in result.error
     kinds = [e.data.get("kind") for e in math_ws.events.events(result.run_id) if e.type == "error"]
     assert kinds == ["model"]
@@ -959,3 +963,34 @@ def test_planner_run_result_totals_include_sub_agents(planner_run):
     ws, result, _ = planner_run
     events = _responses(ws, result.run_id)
     assert result.prompt_tokens == sum(e.data["prompt_tokens"] for e in events) == result.trajectory.prompt_tokens
+
+
+@pytest.mark.parametrize(
+    "first_use",
+    [
+        "from tea_notebook.models.embedders import resolve_embedder\n"
+        "try:\n    resolve_embedder('litellm:openai/text-embedding-3-small').embed(['x'])\n"
+        "except Exception as exc:\n    print('failed as expected:', type(exc).__name__)",
+        "from tea_notebook.models.provider import ensure_registered\nensure_registered()\n"
+        "import litellm\ntry:\n    litellm.completion(model='openai/gpt-4o-mini', messages=[{'role': 'user', "
+        "'content': 'hi'}], api_base='http://127.0.0.1:9/v1')\n"
+        "except Exception as exc:\n    print('failed as expected:', type(exc).__name__)",
+    ],
+    ids=["embedder", "provider"],
+)
+def test_litellm_prints_nothing_into_a_cell_whichever_path_imports_it_first(first_use, tmp_path):
+    """litellm's "Give Feedback / Get Help" banner, its debug hint and its price-list download warnings
+    stay out of cells: every import of litellm in the package goes through one quiet function."""
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LITELLM", "OPENAI"))}
+    env.update(OPENAI_API_KEY="sk-not-a-key", OPENAI_API_BASE="http://127.0.0.1:9/v1")
+    out = subprocess.run(
+        [sys.executable, "-c", first_use], capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.startswith("failed as expected:")
+    printed = out.stdout + out.stderr
+    for noise in ("Give Feedback", "turn_on_debug", "LiteLLM:WARNING", "model cost map"):
+        assert noise not in printed, printed[-2000:]

@@ -288,7 +288,10 @@ def test_agent_live_view_and_rich_result(kernel):
     assert "starting" in first["data"]["text/html"]
     live = [u["content"]["data"]["text/html"] for u in updates]
     assert any("add(" in h and "step 1" in h for h in live)  # the steps appear while it runs
-    assert "success" in live[-1] and "tea/test (scripted, not an LLM)" in live[-1]  # and it ends finished
+    assert "success" in live[-2] and "tea/test (scripted, not an LLM)" in live[-2]  # and it ends finished
+    # ... then gives way to the result just below: the finished cell shows its header once
+    assert updates[-1]["content"]["data"] == {"text/plain": "", "text/html": ""}
+    assert ex.result["data"]["text/html"].count("<div class='h'>") == 1
 
     result = ex.result
     assert {MIME, "text/html", "text/plain"} <= set(result["data"])
@@ -319,6 +322,19 @@ def test_agent_out_binds_the_result_and_quiet_shows_no_live_view(kernel):
     run_id = ex.result["metadata"][MIME]["run_id"]
     bound = kernel.json("[type(res).__name__, res.run_id, res.status, res.steps, res.model, res.task, res is _]")
     assert bound == ["RunResult", run_id, "success", 2, "tea/test", "Add two numbers.", True]
+
+
+def test_a_plot_shows_as_an_image_after_matplotlib_use_agg(kernel):
+    """Tutorial 06's cell: ``matplotlib.use("Agg")`` drops IPython's PNG printer for figures; the
+    library's figures render themselves, so the cell shows the plot, not ``<Figure size …>``."""
+    tool_cell(kernel, ADD)
+    agent_cell(kernel, "Add two numbers.", "--model tea/test --tools add --out res --quiet")
+    ex = kernel.ok('import matplotlib\nmatplotlib.use("Agg")\nres.plot()')
+    data = ex.result["data"]
+    assert "image/png" in data, sorted(data)
+    import base64
+
+    assert base64.b64decode(data["image/png"])[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 # -- escaping ----------------------------------------------------------------------------------
@@ -619,3 +635,9 @@ def test_coral_live_view_shows_threads_with_messages_and_folded_tool_calls(kerne
     assert html.count("class='msg") == 2
     # the worker's call of the agent it wraps is folded under its reply
     assert "1 tool calls" in html and "geo_agent(" in html
+    # the team takes no steps itself: its header counts its members' (not "0 steps")
+    kernel.ok("def _tree(t):\n    return len(t.steps) + sum(_tree(c) for c in t.children)")
+    total = kernel.json(f"_tree(ws.trajectory({result['metadata'][MIME]['run_id']!r}))")
+    header = re.search(r"<div class='h'>.*?</div>", html)[0]
+    assert total > 0 and f"<span>{total} steps (by sub-agents)</span>" in header, header
+    assert any(f"<span>{total} steps (by sub-agents)</span>" in h for h in live)  # the live header too

@@ -1,4 +1,5 @@
-"""The README's examples run as written (the first two Python blocks) and the two commands exist."""
+"""The README is a short front page: the two commands first, a tour whose Python blocks run in order in
+one fresh kernel, and links that lead somewhere. (The guides' examples run in tests/test_docs_examples.py.)"""
 
 from __future__ import annotations
 
@@ -7,19 +8,19 @@ import re
 from pathlib import Path
 
 import pytest
+from docs_examples import printed, python_blocks, run_page
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
-
-
-def _all_blocks() -> list[str]:
-    return re.findall(r"```python\n(.*?)```", README, re.S)
+MAGICS_PAGE = ROOT / "docs" / "guide" / "magics.md"
 
 
 def notebook_section() -> str:
-    """The README's "In a notebook" section."""
-    start = README.index("\n## In a notebook\n")
-    return README[start : README.index("\n## ", start + 5)]
+    """The magics guide's "In a notebook" section (it was the README's): prose with inline examples."""
+    text = MAGICS_PAGE.read_text()
+    start = text.index("\n## In a notebook\n")
+    end = text.find("\n## ", start + 5)
+    return text[start : end if end != -1 else len(text)]
 
 
 def inline_examples(text: str) -> list[str]:
@@ -66,119 +67,64 @@ def run_inline_examples(ip, text: str) -> list[str]:
     return ran
 
 
-def _blocks() -> list[str]:
-    """Plain Python blocks (the notebook ones start with a magic)."""
-    return [b for b in _all_blocks() if not b.startswith("%")]
-
-
-@pytest.mark.slow
-def test_first_examples_run_and_do_what_they_say(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    ns: dict = {}
-    exec(_blocks()[0], ns)  # noqa: S102 - our own README
-    ws = ns["ws"]
-    assert (tmp_path / ".tea" / "tea.db").exists()
-    assert ws.tools.search("how hot is 30 degrees in fahrenheit", k=1)[0].name == "convert_temperature"
-    assert ws.tools.invoke("convert_temperature", {"value": 30}).value == 86.0
-    err = ws.tools.invoke("convert_temperature", {"value": "hot"}).error
-    assert err["field"] == "value" and err["expected"] == "number"
-    exec(_blocks()[1], ns)  # noqa: S102
-    with ws.context() as run:
-        ws.tools.bind("bump", run)
-        assert ws.tools.invoke("bump", {"by": 2}, run).value == 2
-        assert ws.tools.invoke("bump", {"by": 3}, run).value == 5
-        assert [t.name for t in ws.tools.route(context=run)] == ["bump"]
-
-
 def test_readme_opens_with_the_two_commands():
     first = re.search(r"```bash\n(.*?)```", README, re.S).group(1).strip().splitlines()
     assert len(first) == 2
     assert first[0].startswith("bash scripts/run.sh") and "--headless" in first[0]
     assert first[1].startswith("bash scripts/test.sh")
+    assert README.index("```bash") < README.index("```python")  # the commands come first
     assert "scripts/test.sh" in (ROOT / ".ci" / "run").read_text()
+    assert "scripts/docs.sh" in README and (ROOT / "scripts" / "docs.sh").is_file()  # how to build the docs
+
+
+def test_readme_is_a_short_front_page_whose_links_lead_somewhere():
+    assert len(README.encode()) < 8_000, "the README is a front page: guides go to docs/"
+    links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", README)
+    assert any(link.startswith("docs/") for link in links)
+    missing = [link for link in links if "://" not in link and not (ROOT / link).exists()]
+    assert not missing, missing
+
+
+def test_the_tour_never_assumes_python_on_path_nor_switches_the_embedder():
+    code = "\n".join(b.code for b in python_blocks(README))
+    assert "embedder=" not in code
+    assert not re.search(r"(^|[\s\"'\[])python3?\s+-m\b", code)
+    assert all(b.skip is None for b in python_blocks(README)), "every tour block runs"
+
+
+TOUR_CHECKS = [
+    # what the tour says it did, checked in the same kernel after its last block
+    """
+import tea_notebook as tn
+assert ws is tn.workspace.current_workspace() and (ws.path / "tea.db").exists()
+assert ws.tools.search("how hot is 30 degrees in fahrenheit", k=1)[0].name == "convert_temperature"
+assert ws.tools.invoke("convert_temperature", {"value": 30}).value == 86.0
+err = ws.tools.invoke("convert_temperature", {"value": "hot"}).error
+assert err["type"] == "ValidationError" and err["field"] == "value" and err["expected"] == "number", err
+# the demo model cannot check its answer: 'unverified', as the tour says (not 'success')
+assert result.status == "unverified" and result.answer.startswith("86.0"), result.answer
+assert "tea/demo" in result.model and "not an LLM" in result.answer
+assert "convert_temperature" in result.trajectory.text()
+assert scripted.status == "success" and scripted.answer == "86 °F"
+last = ws.runs(1)[0]
+assert last["status"] == "success" and last["answer"] == "86 °F"
+assert "minilm" in ws.embedder.id.lower(), ws.embedder.id  # the default embedder, never switched by the tour
+print("checked")
+""",
+]
 
 
 @pytest.mark.slow
-def test_agent_examples_run_offline(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
+def test_the_tour_runs_in_order_in_one_fresh_kernel(tmp_path, monkeypatch):
     monkeypatch.delenv("TEA_MODEL", raising=False)
     monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    blocks = _blocks()
-    agents_at = next(i for i, b in enumerate(blocks) if 'ws.agent("calc"' in b)
-    ns: dict = {}
-    exec(blocks[0], ns)  # noqa: S102 - our own README
-    exec(blocks[agents_at], ns)  # noqa: S102
-    result = ns["result"]
-    # the demo model cannot check its answer: 'unverified', as the README says (not 'success')
-    assert result.status == "unverified" and result.answer.startswith("86.0")
-    assert "tea/demo" in result.model and "not an LLM" in result.answer
-    assert "convert_temperature" in result.trajectory.text()
-    exec(blocks[agents_at + 1], ns)  # noqa: S102 - the ScriptedModel example
-    last = ns["ws"].runs(1)[0]
-    assert last["status"] == "success" and last["answer"] == "86 °F"
-
-
-@pytest.mark.slow
-def test_notebook_examples_run_in_a_shell(tmp_path, monkeypatch):
-    from IPython.core.interactiveshell import InteractiveShell
-
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("TEA_MODEL", raising=False)
-    blocks = _all_blocks()
-    start = next(i for i, b in enumerate(blocks) if b.startswith("%load_ext tea_notebook"))
-    ip = InteractiveShell.instance()
-    try:
-        for block in blocks[start : start + 3]:
-            outcome = ip.run_cell(block)
-            assert outcome.success, outcome.error_in_exec or outcome.error_before_exec
-        result = ip.user_ns["result"]
-        assert result.status == "unverified" and result.answer.startswith("86.0")  # the demo model
-        assert (tmp_path / ".tea" / "tea.db").exists()
-        # the inline examples of the section run as written too, on what its cells defined
-        ran = run_inline_examples(ip, notebook_section())
-        assert any(x.startswith("tools.detail(") for x in ran) and "tools = %tea tools" in ran, ran
-    finally:
-        from tea_notebook.workspace import current_workspace
-
-        opened = current_workspace(required=False)
-        if opened is not None:
-            opened.close()  # the magics made it current; leave no current workspace behind
-        InteractiveShell.clear_instance()
-
-
-def test_environment_examples_run_and_do_what_they_say(ws):
-    section = README[README.index("\n## Environments\n") : README.index("\n## Layout")]
-    blocks = re.findall(r"```python\n(.*?)```", section, re.S)
-    ns: dict = {"ws": ws}
-    exec(blocks[0], ns)  # noqa: S102 - our own README: an agent run with the offline model, then direct calls
-    assert ws.envs.sessions() == []  # the example ends with release()
-    assert ws.envs.invoke("python", "run_python", {"code": "x = 6 * 7\nx"}).value == "value: 42"
-    exec(blocks[2], ns)  # noqa: S102 - the sandbox boundary, used directly
-    box = ns["box"]
-    assert box.boundary is not None and box.pid is None  # killed at the end of the example
-    if box.boundary.mechanism == "bubblewrap":
-        assert box.boundary.describe().startswith("bubblewrap: uid 65534 in its own user/pid/")
-    exec(blocks[3], ns)  # noqa: S102 - a custom environment
-    assert ws.envs.invoke("thermostat", "set_temperature", {"celsius": 21}).value == "set to 21 °C"
-    assert ws.envs.state("thermostat") == "21 °C"
-    assert [a.name for a in ws.envs.get("thermostat").actions] == ["set_temperature"]
-    ws.envs.release()
-
-
-@pytest.mark.slow
-def test_the_batch_evaluation_example_runs_offline(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("TEA_MODEL", raising=False)
-    monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    section = README[README.index("\n### Batch evaluation\n") : README.index("\n### The `tea` command")]
-    (block,) = re.findall(r"```python\n(.*?)```", section, re.S)
-    ns: dict = {}
-    exec(block, ns)  # noqa: S102 - our own README
-    try:
-        results, more = ns["results"], ns["more"]
-        assert results.headline().startswith("evaluation sample-demo: 5/5 done · 0 correct (0.0%) · 0 errors")
-        assert results.headline().endswith("model tea/demo (scripted, not an LLM)")
-        assert (more.skipped, len(more)) == (5, 8)
-        assert list(ns["table"].index)[:2] == ["sample-01", "sample-02"]
-    finally:
-        ns["ws"].close()
+    nb = run_page(ROOT / "README.md", tmp_path, checks=TOUR_CHECKS)
+    assert printed(nb).strip() == "checked"
+    blocks = python_blocks(README)
+    assert len(blocks) >= 6 and blocks[0].code.startswith("%load_ext tea_notebook")
+    # what the blocks print is what their comments say
+    outs = [printed(nb, i) for i in range(len(blocks))]
+    assert outs[3].startswith("unverified · 86.0"), outs[3]
+    assert outs[4].split() == ["convert_temperature", "86.0", "value"], outs[4]
+    assert outs[5].strip() == "success 86 °F", outs[5]
+    assert (tmp_path / ".tea" / "tea.db").exists()

@@ -880,6 +880,27 @@ def test_env_precondition_enforced(ws):
     assert runtime.log == []
 
 
+def test_env_preconditions_carry_between_interactive_calls(ws):
+    """``ws.envs.invoke`` without a context uses the workspace's one interactive context, so a
+    precondition met by an earlier call holds for the next (as within a run); failures do not count,
+    other contexts see nothing of it, and stopping the interactive sessions forgets it."""
+    runtime = FileRuntime()
+    ws.envs.register(ENV, runtime=runtime)
+    refused = ws.envs.invoke("files_env", "read", {"lines": 1})
+    assert not refused.ok and "needs open_file to have succeeded first" in refused.error["message"]
+    assert not ws.envs.invoke("files_env", "open_file", {"path": 3}).ok  # invalid: does not count
+    assert not ws.envs.invoke("files_env", "read", {"lines": 1}).ok
+    assert ws.envs.invoke("files_env", "open_file", {"path": "/data/a.txt"}).ok
+    res = ws.envs.invoke("files_env", "read", {"lines": 2})
+    assert res.ok and res.value == ["line 0", "line 1"]
+    assert ws.envs.invoke("files_env", "read", {"lines": 1}).ok  # and again
+    assert not ws.envs.invoke("files_env", "read", {"lines": 1}, ws.context()).ok  # a run's context: its own
+    ws.envs.release(environment="files_env")
+    again = ws.envs.invoke("files_env", "read", {"lines": 1})
+    assert not again.ok and "open_file" in again.error["message"]
+    assert runtime.log == ["open /data/a.txt", "read 2", "read 1"]
+
+
 def test_env_unknown_action_names_available(ws):
     ws.envs.register(ENV, runtime=FileRuntime())
     res = ws.envs.invoke("files_env", "fly", {})

@@ -351,7 +351,8 @@ def test_stop_button_interrupts_the_run_through_the_jupyter_server(server, chrom
         assert 2 <= len(steps) < 30  # the trajectory so far is kept, and it stopped early
         updates = [m["content"]["data"].get("text/html", "") for m in iopub if m["msg_type"] == "update_display_data"]
         assert any("stopping…" in u and "tea-stop" not in u for u in updates)  # the view showed the stop
-        assert "interrupted" in updates[-1] and "tea-stop" not in updates[-1]  # the summary has no button
+        assert "interrupted" in updates[-2] and "tea-stop" not in updates[-2]  # it ended with no button
+        assert updates[-1] == ""  # then gave way to the result below (one header in the cell)
 
         # the kernel goes on, and the run is stored as interrupted
         assert k.value("1 + 1") == 2

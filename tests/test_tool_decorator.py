@@ -3,6 +3,7 @@
 import asyncio
 import hashlib
 import inspect
+import subprocess
 import sys
 import textwrap
 import time
@@ -694,14 +695,52 @@ def test_second_workspace_runs_decorated_local_tool_from_source(tmp_path, no_act
         first.close()
 
 
+def test_a_function_without_source_or_module_is_refused_at_registration(tmp_path):
+    ns: dict[str, Any] = {"__name__": f"not_importable_{uuid.uuid4().hex[:8]}"}
+    exec('def ghost(x: int) -> int:\n    """No source."""\n    return x\n', ns)  # noqa: S102
+    with tea_notebook.Workspace(tmp_path / "ws", embedder="hashing") as ws:
+        for register in (lambda: tea_notebook.tool(ns["ghost"], workspace=ws), lambda: ws.tools.register(ns["ghost"])):
+            with pytest.raises(RegistryError, match=r"tool 'ghost': Python cannot read the source of ghost\(\)") as no:
+                register()
+            assert "defined in <string>" in str(no.value) and "source=TEXT" in str(no.value)
+        assert "ghost" not in ws.tools
+        given = tea_notebook.tool(ns["ghost"], workspace=ws, source="def ghost(x: int) -> int:\n    return x\n")
+        assert given.record.source and ws.tools.get("ghost").version == 1  # with its source it is kept
+
+
+@pytest.mark.parametrize("how", ["-c", "heredoc"])
+def test_python_c_and_a_heredoc_are_refused_with_what_to_do(tmp_path, how):
+    script = textwrap.dedent(
+        f"""
+        import tea_notebook
+        ws = tea_notebook.Workspace({str(tmp_path / "ws")!r}, embedder="hashing")
+        try:
+            @ws.tools.tool
+            def add(a: int, b: int) -> int:
+                \"\"\"Add two integers.\"\"\"
+                return a + b
+        except tea_notebook.errors.RegistryError as exc:
+            print("@@", exc)
+        print("@@ registered:", "add" in ws.tools)
+        """
+    )
+    argv, stdin = ([sys.executable, "-c", script], None) if how == "-c" else ([sys.executable, "-"], script)
+    out = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=120)
+    lines = [x for x in out.stdout.splitlines() if x.startswith("@@")]
+    assert len(lines) == 2, out.stdout + out.stderr
+    where = "<string>" if how == "-c" else "<stdin>"
+    assert lines[0].startswith("@@ tool 'add': Python cannot read the source of add() (defined in " + where)
+    assert "Define the function in a .py file or a notebook cell" in lines[0]
+    assert lines[1] == "@@ registered: False"
+
+
 def test_second_workspace_reports_tool_without_code(tmp_path):
     ns: dict[str, Any] = {"__name__": f"not_importable_{uuid.uuid4().hex[:8]}"}
     exec('def ghost(x: int) -> int:\n    """No source."""\n    return x\n', ns)  # noqa: S102
     path = tmp_path / "shared"
     first = tea_notebook.Workspace(path, embedder="hashing")
     try:
-        tea_notebook.tool(ns["ghost"], workspace=first)
-        assert first.tools.invoke("ghost", {"x": 1}).value == 1  # runs in the process that has it
+        first.tools.register(make_tool(ns["ghost"]).record)  # a card alone, written on purpose without code
         second = tea_notebook.Workspace(path, embedder="hashing")
         try:
             res = second.tools.invoke("ghost", {"x": 1})

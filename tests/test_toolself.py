@@ -18,10 +18,11 @@ from typing import Any
 import pytest
 
 import tea_notebook
+import tea_notebook._sync
 from tea_notebook.agents import kinds
 from tea_notebook.agents.toolself import ToolSelfAgent
 from tea_notebook.agents.training_data import KTO_SCHEMA, RFT_SCHEMA
-from tea_notebook.errors import TeaError
+from tea_notebook.errors import RunFailed, TeaError
 from tea_notebook.models.offline import ScriptedModel, call
 from tea_notebook.runtime.agent import RunResult
 from tea_notebook.runtime.plots import stage_totals
@@ -426,7 +427,9 @@ def test_three_malformed_outputs_in_a_row_end_the_run_with_error_and_keep_the_st
     bad_reconfigure = BAD_CALLS["reconfigure with a wrong update_content"][0]
     bad_finish = BAD_CALLS["finish with a wrong status"][0]
     script = Script([config("find green", ["lookup"])], [bad_reconfigure, bad_finish, bad_reconfigure])
-    result = make(ws, script).run_sync(TASK)
+    with pytest.raises(RunFailed, match="3 consecutive malformed model outputs") as failed:
+        make(ws, script).run_sync(TASK)  # a ToolSelf run that ends in error raises, like every kind's
+    result = failed.value.result
     assert result.status == "error" and result.steps == 3
     assert "3 consecutive malformed model outputs" in result.error and "update_content" in result.error
     traj = ws.trajectory(result.run_id)
@@ -434,6 +437,17 @@ def test_three_malformed_outputs_in_a_row_end_the_run_with_error_and_keep_the_st
     assert [s.actions[0]["name"] for s in traj.steps] == ["reconfigure", "finish", "reconfigure"]
     assert all(first_observation(s).startswith("Error: ") for s in traj.steps)
     assert len(traj.stages) == 1
+
+
+def test_a_toolself_run_offers_no_fork_and_refuses_one_clearly(ws, pool):
+    from tea_notebook.runtime.render import payload
+
+    script = Script([config("find green", ["lookup"])], [call("lookup", key="green"), finish("6")])
+    result = make(ws, script).run_sync(TASK)
+    assert result.success and result.steps == 2
+    assert payload(result.trajectory)["forkable"] == ""  # the renderer draws no Fork button on its steps
+    with pytest.raises(TeaError, match="cannot be forked: forking replays an agent loop's steps"):
+        tea_notebook._sync.run_sync(ws.fork(result.run_id, 1))
 
 
 def test_a_good_step_between_malformed_ones_resets_the_count(ws, pool):

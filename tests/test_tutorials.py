@@ -51,6 +51,16 @@ def test_stored_executed_in_order_without_errors(path):
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_stored_figures_are_images_not_their_repr(path):
+    """A figure whose stored output is only ``<Figure size …>`` showed as text to its reader."""
+    for c in _code_cells(path):
+        for out in c.outputs:
+            text = "".join((out.get("data") or {}).get("text/plain", ""))
+            if text.startswith("<Figure size"):
+                assert "image/png" in out.data, f"a figure stored as text in {c.source[:60]!r}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_run_specific_cells_are_tagged_and_compared_ones_are_clean(path):
     cells = _code_cells(path)
     run_ids: set[str] = set()

@@ -672,3 +672,23 @@ def test_embedder_choice_is_remembered(tmp_path):
         path,
     )
     assert out.strip() == "hashing-64"
+
+
+def test_changing_a_workspaces_embedder_is_announced_and_reopening_it_is_quiet(tmp_path):
+    """A constructor argument that changes what the workspace keeps for every later session says so."""
+    import warnings
+
+    from tea_notebook.errors import WorkspaceSettingChanged
+
+    path = tmp_path / "ws"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", WorkspaceSettingChanged)
+        tea_notebook.Workspace(path, embedder="hashing").close()  # a new workspace: nothing to announce
+        tea_notebook.Workspace(path, embedder="hashing").close()  # the same choice again
+        tea_notebook.Workspace(path).close()  # no choice: the stored one
+    with pytest.warns(WorkspaceSettingChanged, match=r"now 'hashing:128' \(it was 'hashing:256'\)"):
+        ws = tea_notebook.Workspace(path, embedder="hashing:128")
+    ws.close()
+    reopened = tea_notebook.Workspace(path)
+    assert reopened.embedder.id.startswith("hashing") and reopened.db.meta("embedder") == "hashing:128"
+    reopened.close()

@@ -27,8 +27,10 @@ export interface IStep {
   completion_tokens: number;
   cost: number;
   actions: IAction[];
-  /** seconds, from the output's metadata (the payload holds no durations) */
+  /** seconds of the step's model calls, from the output's metadata (the payload holds no durations) */
   latency?: number;
+  /** seconds of the step's tool calls (wall clock), from the output's metadata */
+  tool_time?: number;
 }
 
 export interface IStage {
@@ -83,6 +85,8 @@ export interface ITrajectory {
   files?: string[];
   todo?: string;
   forked_from?: string | null;
+  /** what `ws.fork` replays of this run: 'steps' (Fork buttons on its steps), 'messages' (CORAL), '' (none) */
+  forkable?: string;
 }
 
 /** What the output's metadata says about the run (ids and timings are kept out of the payload). */
@@ -97,7 +101,10 @@ export interface IRunMeta {
 }
 
 export interface ILatencyTree {
+  /** model seconds per step */
   steps?: number[];
+  /** tool seconds per step */
+  tools?: number[];
   children?: ILatencyTree[];
 }
 
@@ -230,7 +237,8 @@ function parseTraj(v: unknown, where: string, depth: number): ITrajectory {
     tokens_estimated: o.tokens_estimated === true,
     files: strs(o.files),
     todo: str(o.todo),
-    forked_from: o.forked_from ? str(o.forked_from) : null
+    forked_from: o.forked_from ? str(o.forked_from) : null,
+    forkable: str(o.forkable)
   };
 }
 
@@ -257,6 +265,11 @@ function attachLatency(traj: ITrajectory, tree: ILatencyTree): void {
   (tree.steps ?? []).forEach((l, i) => {
     if (traj.steps[i] && typeof l === 'number') {
       traj.steps[i].latency = l;
+    }
+  });
+  (tree.tools ?? []).forEach((l, i) => {
+    if (traj.steps[i] && typeof l === 'number') {
+      traj.steps[i].tool_time = l;
     }
   });
   (tree.children ?? []).forEach((c, i) => {
@@ -737,6 +750,33 @@ export function fmtTokens(n: number): string {
 export function gist(text: string, n = 120): string {
   const line = text.split('\n').find(l => l.trim()) ?? '';
   return line.length > n ? line.slice(0, n - 1) + '…' : line;
+}
+
+/** Whether a step at `path` (empty: the root run's own) gets a Fork button: only on a finished run that
+ * says its steps can be forked (not ToolSelf, a workflow agent, a CORAL team or a sub-run). */
+export function stepForkable(traj: ITrajectory, path: readonly number[]): boolean {
+  return path.length === 0 && !traj.live && traj.forkable === 'steps';
+}
+
+/** How many steps a run took, as its header says (the kernel's `steps_label`): its own, and with its
+ * sub-agents' when they add any; a run with none of its own (a CORAL team) counts its members'. */
+export function stepsLabel(own: number, total: number): string {
+  if (total <= own) {
+    return `${own} steps`;
+  }
+  return own === 0 ? `${total} steps (by sub-agents)` : `${own} steps (${total} with sub-agents)`;
+}
+
+/** A step's time as the card shows it: the model's and the tools' seconds, apart. */
+export function stepTimes(s: IStep): string[] {
+  const out: string[] = [];
+  if (s.latency) {
+    out.push(`model ${s.latency.toFixed(2)} s`);
+  }
+  if (s.tool_time) {
+    out.push(`tools ${s.tool_time.toFixed(2)} s`);
+  }
+  return out;
 }
 
 /** The `%tea fork` line for a step of a run. */

@@ -9,13 +9,16 @@ import type { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
 import type { Kernel, KernelMessage } from '@jupyterlab/services';
 import { Widget } from '@lumino/widgets';
 
-import { el } from './dom';
+import { Detail, describeDetail, label } from './details';
+import { el, highlighted } from './dom';
 
 export const COMM_TARGET = 'tea_notebook.sidebar';
 
 export interface IItem {
   name: string;
   title?: string;
+  /** a second line under the title (a run: when, id prefix, steps, task) */
+  subtitle?: string;
   description?: string;
   version?: number;
   details?: Record<string, unknown>;
@@ -215,6 +218,9 @@ export class TeaSidebar extends Widget {
     if (it.version) {
       summary.append(el('span', 'tea-chip', `v${it.version}`));
     }
+    if (it.subtitle) {
+      summary.append(el('span', 'tea-sb-sub tea-muted', it.subtitle));
+    }
     d.append(summary);
     if (it.description) {
       d.append(el('div', 'tea-sb-desc', it.description));
@@ -229,14 +235,13 @@ export class TeaSidebar extends Widget {
       d.append(open);
     }
     for (const [k, v] of Object.entries(it.details ?? {})) {
-      if (v === null || v === undefined || v === '' || (Array.isArray(v) && !v.length)) {
+      const detail = describeDetail(k, v);
+      if (!detail) {
         continue;
       }
-      const row = el('div', 'tea-sb-detail');
-      row.append(el('span', 'tea-muted', `${k}: `));
-      row.append(
-        typeof v === 'object' ? el('pre', '', JSON.stringify(v, null, 1)) : document.createTextNode(String(v))
-      );
+      const row = el('div', `tea-sb-detail tea-sb-${detail.kind}`);
+      row.setAttribute('data-detail', k);
+      row.append(el('span', 'tea-muted', `${label(k)}: `), detailNode(detail));
       d.append(row);
     }
     return d;
@@ -253,4 +258,42 @@ export class TeaSidebar extends Widget {
   private statusNode: HTMLElement;
   private search: HTMLInputElement;
   private body: HTMLElement;
+}
+
+/** One detail as DOM (text always as text nodes): code highlighted, tables as tables. */
+function detailNode(detail: Detail): Node {
+  switch (detail.kind) {
+    case 'code':
+      return highlighted(detail.text);
+    case 'pre':
+      return el('pre', '', detail.text);
+    case 'text':
+      return document.createTextNode(detail.text);
+    case 'list': {
+      const list = el('span', 'tea-sb-list');
+      for (const item of detail.items) {
+        list.append(el('span', 'tea-chip', item));
+      }
+      return list;
+    }
+    case 'table': {
+      const table = el('table', 'tea-sb-table');
+      if (detail.columns.length) {
+        const head = el('tr');
+        for (const c of detail.columns) {
+          head.append(el('th', '', c));
+        }
+        table.append(el('thead'));
+        table.tHead?.append(head);
+      }
+      const body = el('tbody');
+      for (const row of detail.rows) {
+        const tr = el('tr');
+        row.forEach((cell, i) => tr.append(el(!detail.columns.length && i === 0 ? 'th' : 'td', '', cell)));
+        body.append(tr);
+      }
+      table.append(body);
+      return table;
+    }
+  }
 }

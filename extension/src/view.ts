@@ -26,6 +26,7 @@ import {
   parsePayload,
   runAt,
   stepTokens,
+  stepsLabel,
   toolsOf,
   viewsOf,
   visibleRange
@@ -192,7 +193,7 @@ export class TrajectoryView {
     h.append(badge, el('b', 'tea-agent', t.agent), el('span', 'tea-muted', t.model));
     const total = countSteps(t);
     h.append(
-      el('span', '', `${t.steps.length} steps${total > t.steps.length ? ` (${total} with sub-agents)` : ''}`),
+      el('span', '', stepsLabel(t.steps.length, total)),
       tokensNode(t.prompt_tokens + t.completion_tokens, t.tokens_estimated === true),
       el('span', '', fmtCost(t.cost))
     );
@@ -231,7 +232,8 @@ export class TrajectoryView {
     const series: Record<string, number[]> = {
       tokens: t.steps.map(stepTokens),
       cost: t.steps.map(s => s.cost),
-      latency: t.steps.map(s => s.latency ?? 0)
+      'model time': t.steps.map(s => s.latency ?? 0),
+      'tool time': t.steps.map(s => s.tool_time ?? 0)
     };
     const width = Math.min(360, Math.max(40, t.steps.length * 14)); // thin bars, however few steps
     const height = 28;
@@ -245,7 +247,7 @@ export class TrajectoryView {
       svg.setAttribute('width', String(width));
       svg.setAttribute('height', String(height));
       svg.setAttribute('viewBox', `0 0 ${width} ${height}`);
-      svg.setAttribute('class', `tea-spark tea-spark-${name}`);
+      svg.setAttribute('class', `tea-spark tea-spark-${name.replace(' ', '-')}`);
       // one path for all bars: cheap to draw even for thousands of steps
       const d = chartBars(values, width, height)
         .filter(b => b.h > 0)
@@ -261,7 +263,7 @@ export class TrajectoryView {
         this.jumpTo(step.number);
       });
       const max = Math.max(...values);
-      const label = name === 'cost' ? fmtCost(max) : name === 'latency' ? `${max.toFixed(2)} s` : fmtTokens(max);
+      const label = name === 'cost' ? fmtCost(max) : name.endsWith('time') ? `${max.toFixed(2)} s` : fmtTokens(max);
       wrap.append(el('span', 'tea-muted', `${name} (max ${label})`), svg);
       this.chartNode.append(wrap);
     }

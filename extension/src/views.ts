@@ -16,7 +16,9 @@ import {
   gist,
   stageRows,
   stepRows,
+  stepForkable,
   stepStatus,
+  stepTimes,
   stepTokens,
   threadRows,
   workOf
@@ -132,12 +134,9 @@ function stepCard(row: Extract<Row, { kind: 'step' }>, ctx: IRowContext): HTMLEl
   if (s.actions.length > 4) {
     head.append(el('span', 'tea-muted', `+${s.actions.length - 4}`));
   }
-  const metrics = [`${fmtTokens(stepTokens(s))} tok`, fmtCost(s.cost)];
-  if (s.latency) {
-    metrics.push(`${s.latency.toFixed(2)} s`);
-  }
+  const metrics = [`${fmtTokens(stepTokens(s))} tok`, fmtCost(s.cost), ...stepTimes(s)];
   head.append(el('span', 'tea-metrics tea-muted', metrics.join(' · ')));
-  if (ctx.host.fork && row.path.length === 0 && !ctx.traj.live) {
+  if (ctx.host.fork && stepForkable(ctx.traj, row.path)) {
     const fork = el('button', 'tea-fork-btn', 'Fork');
     fork.title = `insert "%tea fork … --step ${s.number}" below this cell and run it`;
     fork.setAttribute('data-tea', 'fork');

@@ -325,7 +325,8 @@ class CoralTeam(Runnable):
         _replay: list[dict[str, Any]] | None = None,  # thread and message events of a forked run
         _fork: tuple[str, int] | None = None,
     ) -> RunResult:
-        """Run the team on ``task``. Never raises for the task's own failures: see ``status``."""
+        """Run the team on ``task``: its :class:`RunResult` (see ``status``); a run that ends in ``error``
+        raises :class:`~tea_notebook.errors.RunFailed` unless ``raise_on_error=False``."""
         ws = self.workspace
         ensure_toolkit(ws)
         resolved, source = self.resolved_model(model)
@@ -337,6 +338,7 @@ class CoralTeam(Runnable):
             forked_from=_fork[0] if _fork else None,
             files=attached,
             coral=True,
+            fork_unit="messages",
             members=self.member_names(),
             budget_seconds=self.budget_seconds,
             max_messages=self.max_messages,
@@ -387,7 +389,7 @@ class CoralTeam(Runnable):
 
     async def _runner(self, task: str, files: list[str] | None = None, context: Context | None = None) -> str:
         """ACP runner: the team's run nested under the caller's; its answer, or an error."""
-        return sub_agent_answer(self.name, await self.run(task, files, context=context))
+        return sub_agent_answer(self.name, await self.run(task, files, context=context, raise_on_error=False))
 
     @staticmethod
     async def _member(
@@ -396,7 +398,7 @@ class CoralTeam(Runnable):
         """One agent's run; when it ends the session learns its status (a crash is reported)."""
         status = "error"
         try:
-            result = await agent.run(task, files or None, context=ctx)
+            result = await agent.run(task, files or None, context=ctx, raise_on_error=False)
             status = result.status
             if status == "error":
                 session.note(f"{agent.name} crashed: {result.error}")
@@ -463,6 +465,7 @@ class _MemberRun(_Run):
     """A member's loop: no 'done' — it ends when the conversation does; ℋ is in its environment state."""
 
     agent: CoralMember
+    fork_unit = None  # a member runs only inside its team: the team's run is forked, by messages
 
     def __init__(self, agent: CoralMember, *args: Any):
         super().__init__(agent, *args)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from tea_notebook.agents.workflow import Checked, ask_checked
 from tea_notebook.models.client import ModelReply, ToolCall
+from tea_notebook.protocol.reserved import TOOLSELF_ACTIONS
 from tea_notebook.protocol.schema import arguments_problem
 from tea_notebook.runtime.agent import Agent, Outcome, _Run, routable
 from tea_notebook.runtime.prompts import JSON_OUTPUT, NATIVE_OUTPUT, StepRecord, tool_line
@@ -123,7 +124,7 @@ FINISH_TOOL = {
         "parameters": FINISH_SCHEMA,
     },
 }
-MANAGEMENT_TOOLS = ("reconfigure", "finish")
+MANAGEMENT_TOOLS = TOOLSELF_ACTIONS  # the one list of reserved names (tea_notebook.protocol.reserved)
 CONFIG_KEYS = ("next_sub_goal", "execution_strategy", "toolbox", "inter_agent_knowledge")
 
 INFERENCE_SYSTEM = """## Role and Core Objective
@@ -340,6 +341,7 @@ class _StageRun(_Run):
     """One ToolSelf run: the agent loop with stage-local history and the two management tools."""
 
     agent: ToolSelfAgent
+    fork_unit = None  # a stage's configuration is not rebuilt from replayed steps
 
     def __init__(self, agent: ToolSelfAgent, *args: Any):
         super().__init__(agent, *args)
@@ -376,7 +378,7 @@ class _StageRun(_Run):
         """The pool as μ reads it: one ``- name: first line of the description`` per tool."""
         lines = []
         for name in self.pool:
-            description = (self.ws.tools.get(name).description or "").strip().splitlines()
+            description = (self.ws.tools.get(name).prompt_description() or "").strip().splitlines()
             lines.append(f"- {name}: {description[0] if description else ''}")
         return "\n".join(lines)
 

@@ -32,7 +32,8 @@ from tea_notebook.agents.toolself import (
     USER_PROMPT_SUFFIX,
     engine_messages,
 )
-from tea_notebook.errors import TeaError
+from tea_notebook.envs.safe_open import exists_beneath, write_beneath
+from tea_notebook.errors import EnvironmentFailure, TeaError
 from tea_notebook.runtime.prompts import tool_line
 
 if TYPE_CHECKING:
@@ -219,7 +220,15 @@ def export_training_data(
     if format not in FORMATS:
         raise TeaError(f"unknown training-data format {format!r}; formats: {', '.join(FORMATS)}")
     target = Path(path).expanduser()
-    if target.exists() and not overwrite:
+    sandboxed = _sandbox_writable(ws, target)
+    if sandboxed is not None:  # sandboxed code writes there too: never through a link it left
+        try:
+            exists = exists_beneath(*sandboxed)
+        except EnvironmentFailure as exc:
+            raise TeaError(f"training data not written to {target}: {exc}") from None
+    else:
+        exists = target.exists()
+    if exists and not overwrite:
         raise FileExistsError(f"{target} exists; pass overwrite=True to replace it")
     validator = Draft202012Validator(RFT_SCHEMA if format == "rft" else KTO_SCHEMA)
     report = ExportReport(target, format)
@@ -250,6 +259,12 @@ def export_training_data(
             report.engine_records += sample["role"] == "engine"
             report.positive += y
             report.negative += not y
+    if sandboxed is not None:
+        try:
+            write_beneath(sandboxed[0], sandboxed[1], "".join(line + "\n" for line in lines), mode=0o600)
+        except EnvironmentFailure as exc:
+            raise TeaError(f"training data not written: {exc}") from None
+        return report
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
@@ -260,6 +275,17 @@ def export_training_data(
         Path(tmp).unlink(missing_ok=True)
         raise
     return report
+
+
+def _sandbox_writable(ws: "Workspace", target: Path) -> tuple[Path, str] | None:
+    """``(folder, path inside it)`` when ``target`` lies in a folder of the workspace that sandboxed
+    code can write in (a run folder, a session folder), else None."""
+    absolute = Path(os.path.abspath(target))
+    for folder in (ws.path / "runs", ws.path / "sessions"):
+        base = Path(os.path.abspath(folder))
+        if absolute.is_relative_to(base) and absolute != base:
+            return base, absolute.relative_to(base).as_posix()
+    return None
 
 
 __all__ = ["FORMATS", "KTO_SCHEMA", "RFT_SCHEMA", "ExportReport", "export_training_data"]

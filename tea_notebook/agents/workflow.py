@@ -9,6 +9,7 @@ import json
 import time
 from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
+from tea_notebook.errors import TeaError
 from tea_notebook.models.client import ModelClient, ModelError, resolve_model
 from tea_notebook.protocol.context import Context
 from tea_notebook.protocol.records import AgentRecord
@@ -105,7 +106,8 @@ class WorkflowAgent(Runnable):
         context: Context | None = None,
         grants: list[str] | tuple[str, ...] = (),
     ) -> RunResult:
-        """Run the workflow on ``task``. Never raises for the task's own failures: see ``status``."""
+        """Run the workflow on ``task``: its :class:`RunResult` (see ``status``); a run that ends in ``error``
+        raises :class:`~tea_notebook.errors.RunFailed` unless ``raise_on_error=False``."""
         proc = Process(self.workspace, self.name, task, model=model or self.model, context=context, client=self.client)
         proc.ctx.grants.update(grants)
         outcome: dict[str, Any] = {"files": []}
@@ -120,6 +122,9 @@ class WorkflowAgent(Runnable):
                 proc.finish("error", "", str(exc))
             except RunInterrupted:
                 proc.finish("interrupted", "", "stopped by the user")
+            except TeaError as exc:  # a scripted model's end, a refused action: the run's error, as in the loop
+                proc.emit("error", {"kind": type(exc).__name__, "message": str(exc)})
+                proc.finish("error", "", str(exc))
         status, answer, error = proc._result or ("error", "", "no result")
         await proc.release_sessions()
         return RunResult(
@@ -140,7 +145,7 @@ class WorkflowAgent(Runnable):
 
     async def _runner(self, task: str, files: list[str] | None = None, context: Context | None = None) -> str:
         """ACP runner: a nested run under the caller's; its answer, or an error."""
-        return sub_agent_answer(self.name, await self.run(task, files, context=context))
+        return sub_agent_answer(self.name, await self.run(task, files, context=context, raise_on_error=False))
 
     async def _work(self, proc: Process, task: str, files: list[str]) -> tuple[str, str, list[str]]:
         """The workflow: ``(status, answer, files to show)``."""

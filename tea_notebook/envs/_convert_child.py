@@ -8,6 +8,7 @@ only break this process, which the sandbox's limits contain.
 """
 
 import os
+import re
 import stat
 import struct
 import zipfile
@@ -16,6 +17,16 @@ import zlib
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".gif", ".webp", ".bmp", ".tif", ".tiff")
 TEXT_SUFFIXES = (".txt", ".md", ".markdown", ".rst", ".log", ".py", ".yaml", ".yml", ".toml", ".ini", ".xml")
 KNOWN = (".pdf", ".docx", ".xlsx", ".xls", ".csv", ".pptx", ".html", ".htm", ".json", ".zip", ".ipynb", ".epub")
+#: binary formats and the one markitdown converter that reads each: markitdown's own dispatch would fall
+#: back to reading an unreadable file as plain text, handing its raw bytes on as the document's text
+BINARY = {
+    ".pdf": "PdfConverter",
+    ".docx": "DocxConverter",
+    ".xlsx": "XlsxConverter",
+    ".xls": "XlsConverter",
+    ".pptx": "PptxConverter",
+    ".epub": "EpubConverter",
+}
 _CONVERTER = []
 
 
@@ -114,10 +125,19 @@ def _one(path, name):
             encrypted = b"/Encrypt" in fh.read()
     try:
         converter = _markitdown()
+        if suffix in BINARY:
+            import markitdown.converters
+            from markitdown import StreamInfo
+
+            converter = getattr(markitdown.converters, BINARY[suffix])()
     except ImportError as exc:  # not the file's fault: say so rather than call it corrupt
         raise RuntimeError("markitdown cannot be imported by the sandbox's interpreter (%s)" % exc) from None
     try:
-        result = converter.convert(path)
+        if suffix in BINARY:
+            with open(path, "rb") as fh:
+                result = converter.convert(fh, StreamInfo(extension=suffix, filename=name, local_path=path))
+        else:
+            result = converter.convert(path)
     except Exception as exc:  # noqa: BLE001 - markitdown raises per-format errors
         # markitdown says "File conversion failed after 1 attempts:" and puts each converter's own
         # error ("PdfConverter threw PDFSyntaxError with message: ...") on the lines below it
@@ -125,6 +145,8 @@ def _one(path, name):
         message = [line for line in message if line]
         if len(message) > 1 and message[0].startswith("File conversion failed"):
             message = message[1:]
+        elif message and suffix in BINARY:  # the format's converter itself raised: its error's type says what
+            message[0] = "%s: %s" % (type(exc).__name__, message[0])
         cause = exc.__cause__ or exc.__context__
         detail = "%s: %s" % (type(cause).__name__, cause) if cause is not None else ""
         text = "; ".join(message) if message else type(exc).__name__
@@ -135,8 +157,15 @@ def _one(path, name):
             % (suffix.lstrip(".").upper() or "text", text[:300], (" (" + detail[:200] + ")") if detail else "")
         ) from None
     markdown = result.text_content or ""
+    if suffix in BINARY:  # the tidying markitdown's own dispatch applies: lines without trailing blanks
+        markdown = re.sub(r"\n{3,}", "\n\n", "\n".join(line.rstrip() for line in re.split(r"\r?\n", markdown)))
     if encrypted and not markdown.strip():
         raise ValueError("the PDF is encrypted (password-protected) and gave no text")
+    if suffix in BINARY and not markdown.strip():
+        raise ValueError(
+            "the %s file gave no text: it holds none that can be extracted (a scanned image, an empty or a "
+            "damaged document)" % suffix.lstrip(".").upper()
+        )
     return (suffix.lstrip(".") or "text"), markdown
 
 

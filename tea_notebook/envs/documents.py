@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tea_notebook.envs.safe_open import Beneath
+from tea_notebook.envs.safe_open import Beneath, read_beneath, write_beneath
 from tea_notebook.envs.sandbox import PythonSandbox
 from tea_notebook.envs.search import split_chunks
 from tea_notebook.envs.sessions import EnvironmentRuntime
-from tea_notebook.errors import TeaError
+from tea_notebook.errors import EnvironmentFailure, TeaError
 from tea_notebook.protocol.context import Context
 
 if TYPE_CHECKING:
@@ -33,6 +33,9 @@ SESSION_NAME = "documents"
 _CHILD = Path(__file__).with_name("_convert_child.py")
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 CACHE_FORMAT = 1
+MAX_MARKDOWN = 64 * 2**20  # bytes of markdown read back from one conversion
+#: formats whose bytes are never text (the converter refuses one that yields none)
+BINARY_SUFFIXES = (".pdf", ".docx", ".xlsx", ".xls", ".pptx", ".epub")
 
 
 class DocumentError(TeaError):
@@ -205,6 +208,10 @@ class DocumentConverter:
                 name, sha, cached["kind"], cached["markdown"], cached["problems"], cached["members"], True
             )
         result = await self._in_sandbox(data, name, sha, context or Context())
+        magic = data[:4].decode("latin-1")
+        if suffix in BINARY_SUFFIXES and magic and result["markdown"].lstrip().startswith(magic):
+            # a guard behind the converter's own check: a binary file's bytes never reach the model as its text
+            raise DocumentError(f"{name}: the conversion gave back the file's raw bytes, not its text")
         self._store(sha, suffix, result)
         return Conversion(name, sha, result["kind"], result["markdown"], result["problems"], result["members"])
 
@@ -251,13 +258,9 @@ class DocumentConverter:
         async def work(box: DocumentSandbox) -> dict[str, Any]:
             root = Beneath(box.folder)
             try:
-                with root.open(f"documents/{sha[:16]}/{safe}", "write") as opened:
-                    os.ftruncate(opened.fd, 0)
-                    os.fchmod(opened.fd, 0o644)  # the sandbox's user reads it
-                    view = memoryview(data)
-                    while view:
-                        view = view[os.write(opened.fd, view) :]
-                    source = box.folder / opened.rel
+                # a new file renamed into place: whatever sandboxed code left at the name is replaced
+                written = write_beneath(root, f"documents/{sha[:16]}/{safe}", data, mode=0o644)  # the sandbox reads it
+                source = box.folder / written
                 out_rel = f"{box.workdir.name}/.documents/{sha}.md"
                 result = await box._call(
                     "call",
@@ -271,11 +274,13 @@ class DocumentConverter:
                 if result.error is not None or result.limit is not None:
                     raise DocumentError(f"{name}: {_failure(result)}")
                 summary = json.loads(result.value or "{}").get("json") or {}
-                with root.open(out_rel, "read") as produced:
-                    if produced.stat.st_size > 64 * 2**20:
-                        raise DocumentError(f"{name}: its markdown is over 64 MB")
-                    with os.fdopen(os.dup(produced.fd), "rb") as fh:
-                        markdown = fh.read(64 * 2**20).decode("utf-8", "replace")
+                try:
+                    produced = read_beneath(root, out_rel, MAX_MARKDOWN)
+                except EnvironmentFailure as exc:
+                    raise DocumentError(f"{name}: its markdown cannot be read: {exc}") from None
+                if produced is None:
+                    raise DocumentError(f"{name}: the conversion left no markdown")
+                markdown = produced.decode("utf-8", "replace")
             finally:
                 root.close()
             return {

@@ -2,7 +2,10 @@
 
 ``(r_t, c_t) = Judge(q_t, τ_t, a_t)``: whether the task was completed, the critique, per-agent
 performance and per-tool effectiveness (with test ideas the asset validation turns into tests).
-The paper judges without ground truth; when a ground truth is given it goes into the prompt.
+The paper judges without ground truth. When a ground truth is given it goes into the prompt (the
+critique reads better for it), but the framework decides completion itself: the final answer is compared
+with the ground truth (:func:`tea_notebook.answers.gaia_score`), and the judge's own verdict is kept
+beside it, never over it.
 """
 
 from __future__ import annotations
@@ -10,6 +13,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from typing import Any
+
+from tea_notebook.answers import gaia_score
 
 PERFORMANCE = ("success", "failure")
 EFFECTIVENESS = ("success", "partial_success", "failure")
@@ -51,26 +56,39 @@ def check_judgement(value: dict[str, Any]) -> str | None:
 class Judgement:
     """The judge's verdict on one task (C.7)."""
 
-    success: bool  # r_t: task_completed
+    success: bool  # r_t: the answer matches the ground truth when one is given, else the judge's task_completed
     quality: str
     assessment: str  # c_t: the critique
     agents: list[dict[str, Any]] = field(default_factory=list)
     tools: list[dict[str, Any]] = field(default_factory=list)
     raw: dict[str, Any] = field(default_factory=dict)
     ground_truth: str | None = None
+    #: what the judge itself said (``task_completed``); equals ``success`` unless a ground truth overruled it
+    judge_completed: bool = False
 
     @classmethod
-    def from_dict(cls, value: dict[str, Any], ground_truth: str | None = None) -> "Judgement":
-        """A verdict from the judge's JSON (checked with :func:`check_judgement`)."""
+    def from_dict(
+        cls, value: dict[str, Any], ground_truth: str | None = None, answer: str | None = None
+    ) -> "Judgement":
+        """A verdict from the judge's JSON (checked with :func:`check_judgement`). With a ``ground_truth``
+        the task counts as completed only when ``answer`` matches it (GAIA's normalised comparison),
+        whatever the judge said."""
+        said = bool(value["task_completed"])
         return cls(
-            success=bool(value["task_completed"]),
+            success=said if ground_truth is None else gaia_score(answer or "", ground_truth),
             quality=str(value.get("completion_quality", "")),
             assessment=str(value.get("overall_assessment", "")),
             agents=[a for a in value.get("agent_evaluations") or [] if isinstance(a, dict)],
             tools=[t for t in value.get("tool_evaluations") or [] if isinstance(t, dict)],
             raw=dict(value),
             ground_truth=ground_truth,
+            judge_completed=said,
         )
+
+    @property
+    def overruled(self) -> bool:
+        """True when the ground truth decided otherwise than the judge."""
+        return self.ground_truth is not None and self.success != self.judge_completed
 
     def agent(self, subtask: int, agent: str = "", role: str = "") -> dict[str, Any] | None:
         """The evaluation of the agent that did sub-task ``subtask`` (matched by sub-task id, then by
@@ -84,8 +102,11 @@ class Judgement:
         return None
 
     def performance(self, subtask: int, agent: str = "", role: str = "", default: bool | None = None) -> bool:
-        """True when the judge rated that agent a success (the task's verdict when it said nothing)."""
+        """True when the judge rated that agent a success (the task's verdict when it said nothing). An
+        answer that missed the ground truth makes no agent a success, whatever the judge rated."""
         item = self.agent(subtask, agent, role)
+        if self.ground_truth is not None and not self.success:
+            return False
         if item is not None and item.get("performance") in PERFORMANCE:
             return item["performance"] == "success"
         return self.success if default is None else default
@@ -107,7 +128,11 @@ class Judgement:
 
     def __repr__(self) -> str:
         verdict = "completed" if self.success else "NOT completed"
-        gt = " (judged against the ground truth)" if self.ground_truth is not None else ""
+        gt = ""
+        if self.ground_truth is not None:
+            said = "completed" if self.judge_completed else "not completed"
+            match = "matches" if self.success else "does not match"
+            gt = f" (the answer {match} the ground truth {self.ground_truth!r}; the judge said {said})"
         return f"Judgement({verdict}{gt}, quality={self.quality!r}: {self.assessment[:160]!r})"
 
     def to_json(self) -> str:

@@ -416,7 +416,7 @@ class Mem2Evolve:
             client=self.client,
             register=False,
         )
-        result = await agent.run(messages[1]["content"], context=proc.ctx)
+        result = await agent.run(messages[1]["content"], context=proc.ctx, raise_on_error=False)
         process, used = _run_text(ws, result.run_id)
         trace.results[sub.number] = SubTaskResult(sub, recruit, result, retrieved, used, process)
         trace.recruits.setdefault(sub.number, recruit)
@@ -479,8 +479,12 @@ class Mem2Evolve:
             "ground_truth": gt,
         }
         value = await ask_json(proc, prompts.JUDGE, fields, validate=check_judgement, retries=self.retries)
-        judgement = trace.judgement = Judgement.from_dict(value, ground_truth)
-        proc.step("judge", {"ground_truth": ground_truth is not None}, judgement.to_json())
+        # with a ground truth the framework compares the answer itself; the judge's verdict is only its opinion
+        judgement = trace.judgement = Judgement.from_dict(value, ground_truth, answer=trace.answer)
+        checked = {"ground_truth": ground_truth is not None}
+        if ground_truth is not None:
+            checked.update(matches_ground_truth=judgement.success, judge_completed=judgement.judge_completed)
+        proc.step("judge", checked, judgement.to_json())
         return judgement
 
     async def _validate(
@@ -993,6 +997,7 @@ def _args_text(args: Any) -> str:
 
 def _run_text(ws: "Workspace", run_id: str, limit: int = 6000) -> tuple[str, list[str]]:
     """An agent run as lines of ``step N: tool(args) -> observation``, and the tools it called."""
+    from tea_notebook.protocol.reserved import RUNTIME_ACTIONS
     from tea_notebook.runtime.trajectory import Trajectory
 
     traj = Trajectory.load(ws, run_id)
@@ -1001,7 +1006,7 @@ def _run_text(ws: "Workspace", run_id: str, limit: int = 6000) -> tuple[str, lis
         if s.next_goal or s.thinking:
             lines.append(f"step {s.number} goal: {textwrap.shorten(s.next_goal or s.thinking, 200)}")
         for a in s.actions:
-            if a["name"] not in ("done", "todo"):
+            if a["name"] not in RUNTIME_ACTIONS:
                 used.append(a["name"])
             obs = " ".join(str(a.get("observation", "")).split())[:400]
             lines.append(f"step {s.number}: {a['name']}({_args_text(a.get('arguments'))}) -> {obs}")

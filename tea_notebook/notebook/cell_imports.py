@@ -17,6 +17,8 @@ import sys
 import types
 from typing import Any, Iterable
 
+_NOTHING = object()
+
 
 def free_names(node: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
     """Names a function reads that it does not bind itself (parameters, assignments, imports,
@@ -133,8 +135,9 @@ def needed_imports(
         if name not in namespace:
             continue  # a builtin, or a name that is missing now too (it fails here already)
         value = namespace[name]
-        if getattr(builtins, name, object()) is value:
-            continue
+        builtin = getattr(builtins, name, _NOTHING)
+        if builtin is not _NOTHING and (value is builtin or getattr(value, "__wrapped__", None) is builtin):
+            continue  # a builtin, or the shell's stand-in for one (IPython's open wraps it): a rebuilt tool has it
         if recorded is None:
             recorded = _history_imports(history)
         statement = recorded.get(name)

@@ -20,6 +20,7 @@ import time
 from typing import Any
 
 from tea_notebook.models.client import display_name
+from tea_notebook.runtime.cell_output import as_message_of, display_parent
 from tea_notebook.runtime.events import Event
 from tea_notebook.runtime.render import (
     _CSS,
@@ -112,7 +113,7 @@ class LiveView:
         self.interval = interval
         self.background = background
         self.kernel = None if background else kernel if kernel is not None else kernel_id()
-        self._parent = _display_parent()
+        self._parent = display_parent()
         self.stopping = False
         self.runs: dict[str, _RunState] = {}
         self.root: str | None = None
@@ -179,6 +180,7 @@ class LiveView:
             step.actions.append(action)
             run.timed_actions.append((e.time, action))
         elif e.type == "tool_result" and step is not None:
+            step.add_tool_result(e.time, d.get("latency"))
             for a in step.actions:
                 if a.get("id") == d["id"]:
                     a.update(ok=d["ok"], observation=d["observation"])
@@ -232,6 +234,14 @@ class LiveView:
         steps = len(self.runs[self.root].steps) if self.root in self.runs else 0
         return steps, sum(r.tokens for r in self.runs.values()), sum(r.cost for r in self.runs.values())
 
+    def tree_steps(self, run_id: str | None = None) -> int:
+        """Steps of a run (the root by default) and all its sub-runs so far (a CORAL team's are all its
+        members')."""
+        run = self.runs.get(run_id or self.root or "")
+        if run is None:
+            return 0
+        return len(run.steps) + sum(self.tree_steps(c) for c in run.children if c in self.runs)
+
     def html(self) -> str:
         """The current view."""
         with self._lock:
@@ -252,7 +262,9 @@ class LiveView:
                 extra += "<span class='muted'>interrupt the kernel (■) to stop</span>"
                 if self.kernel:
                     extra += stop_button_html(self.kernel)
-            head = header_html(root.agent, display_name(root.model), status, steps, tokens, cost, extra)
+            head = header_html(
+                root.agent, display_name(root.model), status, steps, tokens, cost, extra, self.tree_steps()
+            )
             return f"{_CSS}<div class='tea-t'>{head}{self._run_html(self.root)}</div>"
 
     def bundle(self) -> Any:
@@ -271,8 +283,20 @@ class LiveView:
                 return HTML("")
             root = self.runs[self.root]
             steps, tokens, cost = self.totals()
-        head = header_html(root.agent, display_name(root.model), root.status, steps, tokens, cost)
+            total = self.tree_steps()
+        head = header_html(root.agent, display_name(root.model), root.status, steps, tokens, cost, total=total)
         return HTML(f"{_CSS}<div class='tea-t'>{head}</div>")
+
+    def ended(self, value: Any) -> Any:
+        """What the view becomes when the cell's run has ended and the cell returns ``value``: nothing
+        when ``value`` shows the run itself (a RunResult displays the trajectory, header and all,
+        just below: one header, not two), else the summary line (the run failed and the cell
+        raises, or the value is something else)."""
+        from tea_notebook.runtime.agent import RunResult
+
+        if isinstance(value, RunResult) and value.status != "error":
+            return _Nothing()
+        return self.summary()
 
     def _countdown(self) -> str:
         """The note "waiting for the model: 57 s left of 60 s" for the longest-waiting model call (lock held)."""
@@ -324,7 +348,7 @@ class LiveView:
         # Updates come from whichever thread emitted the event (the background loop, a tool's
         # worker thread) and may come after the cell ended (a background run): each goes out as a
         # message of the cell that made the view, so the front end updates that cell's output.
-        with _as_message_of(self._parent):
+        with as_message_of(self._parent):
             self._handle.update(obj)
 
     def close(self, final: Any = None) -> None:
@@ -348,34 +372,13 @@ class LiveView:
         return HTML(f"{self.summary().data}{box}")
 
 
-def _display_parent() -> Any:
-    """The display publisher and the parent header of the message being handled now (the cell that
-    is running), or None outside an ipykernel."""
-    try:
-        from IPython import get_ipython
+class _Nothing:
+    """An empty display (what a finished live view becomes when the cell's value shows the run)."""
 
-        pub = getattr(get_ipython(), "display_pub", None)
-    except Exception:  # noqa: BLE001 - no IPython
-        return None
-    if pub is None or not hasattr(pub, "set_thread_parent"):
-        return None
-    return pub, dict(pub.parent_header or {})
+    data = ""  # the HTML, as for the live view's other displays
 
-
-class _as_message_of:
-    """Within the block, this thread's display messages carry ``parent`` (see :func:`_display_parent`)."""
-
-    def __init__(self, parent: Any):
-        self.parent, self.token = parent, None
-
-    def __enter__(self) -> None:
-        if self.parent is not None and self.parent[1]:
-            pub, header = self.parent
-            self.token = pub.set_thread_parent({"header": header})
-
-    def __exit__(self, *exc: object) -> None:
-        if self.token is not None:
-            self.parent[0].reset_thread_parent(self.token)
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
+        return {"text/plain": "", "text/html": ""}
 
 
 def stop_widget(handle: Any) -> Any:
@@ -386,7 +389,7 @@ def stop_widget(handle: Any) -> Any:
         from IPython.display import display
     except ImportError:
         return None
-    if _display_parent() is None:  # not in a kernel: nobody could click it
+    if display_parent() is None:  # not in a kernel: nobody could click it
         return None
     button = ipywidgets.Button(
         description="Stop", tooltip="stop this background run", button_style="danger", layout={"width": "90px"}
@@ -448,7 +451,7 @@ class JobsView:
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
         data: dict[str, Any] = {"text/plain": self._text(), "text/html": self._table()}
-        if _display_parent() is not None:
+        if display_parent() is not None:
             try:
                 data.update(self.widget()._repr_mimebundle_())
                 data["text/plain"] = self._text()

@@ -19,6 +19,8 @@ from tea_notebook.runtime.render import (
     _stage_payload,
     _step_payload,
     message_items,
+    step_times,
+    steps_label,
     thread_items,
 )
 
@@ -80,14 +82,12 @@ def _messages(view: "LiveView", run: Any, children: list[str]) -> list[dict[str,
 
 
 def _latency(view: "LiveView", run_id: str | None) -> dict[str, Any]:
-    """Seconds per step so far, nested like the run tree (as the final bundle's metadata has it)."""
+    """Seconds per step so far (model, tools), nested like the run tree (as the final bundle's metadata has it)."""
     run = view.runs.get(run_id) if run_id else None
     if run is None:
-        return {"steps": [], "children": []}
-    return {
-        "steps": [round(run.steps[k].latency, 3) for k in sorted(run.steps)],
-        "children": [_latency(view, c) for c in run.children if c in view.runs],
-    }
+        return step_times([], [])
+    steps = [run.steps[k] for k in sorted(run.steps)]
+    return step_times(steps, [_latency(view, c) for c in run.children if c in view.runs])
 
 
 class LiveBundle:
@@ -116,4 +116,4 @@ class LiveBundle:
         if self.payload is None:
             return "starting…"
         p = self.payload
-        return f"{p['agent']} · {p['status']} · {len(p['steps'])} steps"
+        return f"{p['agent']} · {p['status']} · {steps_label(len(p['steps']), self.view.tree_steps())}"

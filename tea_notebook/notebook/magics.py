@@ -18,7 +18,7 @@ from typing import Any, Callable
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class, no_var_expand
 from IPython.core.magic_arguments import MagicArgumentParser, argument, magic_arguments, parse_argstring
-from traitlets import Bool, Enum, Float, Integer, Unicode, observe
+from traitlets import Bool, Enum, Float, Integer, List, Unicode, observe
 
 from tea_notebook.errors import TeaError
 
@@ -42,12 +42,18 @@ HELP = """%tea subcommands:
                               register an MCP server's tools as toolkit NAME (stdio command or HTTP url)
   %tea mcp list               imported MCP servers          %tea mcp remove NAME
   %tea plot evolution         memory growth over tasks, tools created vs reused, first-pass validity
+  %tea egress [allow|deny|remove PATTERN... | only-allowed on|off]
+                              where model-chosen network actions may go (browser, page reader, sandboxes);
+                              local addresses only with host and port: %tea egress allow localhost:8765
   %tea eval AGENT TASKS [--name N] [--model M] [--scorer gaia|exact|contains] [--concurrency N]
             [--timeout S] [--max-steps N] [--max-tokens N] [--cost-cap USD] [--retry-errors]
-            [--limit N] [--engine local|ray] [--address A] [--quiet]
+            [--limit N] [--engine local|ray] [--address A] [--epochs K] [--reducer mean|max|majority]
+            [--retries N] [--inspect-log PATH.eval] [--quiet]
                               evaluate an agent on a task set (a GAIA metadata.jsonl or folder, a JSONL /
                               CSV of questions and answers, or "sample"); the same --name resumes
   %tea eval show NAME         stored results of an evaluation   %tea eval list   all evaluations
+  %tea doctor [MODEL] [--api-base URL]
+                              preflight a model: key, tool calls, JSON mode, context, latency, price
   %tea help
 Cell magics: %%tool [--name N] [--toolkit T] [--category C]   and   %%agent [AGENT] [options] (see %%agent?)"""
 
@@ -132,6 +138,15 @@ class TeaMagics(Magics):
     api_base = Unicode(
         None, allow_none=True, config=True, help="URL of an OpenAI-compatible server (Ollama, vLLM, llama.cpp)."
     )
+    egress_allow = List(
+        Unicode(),
+        config=True,
+        help="Hosts model-chosen network actions may reach, added to the current workspace's egress policy "
+        "(kept there): 'example.com', '*.example.com', and local addresses only with a port: 'localhost:8765'.",
+    )
+    egress_deny = List(
+        Unicode(), config=True, help="Hosts refused to model-chosen network actions (added to the workspace's policy)."
+    )
 
     def __init__(self, shell: Any = None, **kwargs: Any):
         super().__init__(shell=shell, **kwargs)
@@ -148,6 +163,7 @@ class TeaMagics(Magics):
             self._workspace = Workspace(self.workspace_path)
             self._activation = self._workspace.activate()
             self._model_settings()
+            self._egress_settings()
         return self._workspace
 
     @observe("model_timeout", "model_retries", "api_base")
@@ -160,6 +176,16 @@ class TeaMagics(Magics):
             if value is not None or (change is not None and change["name"] == name):
                 setattr(self._workspace, name, value)
 
+    @observe("egress_allow", "egress_deny")
+    def _egress_settings(self, change: Any = None) -> None:
+        """``%config TeaMagics.egress_allow / egress_deny`` add to the current workspace's egress policy."""
+        if self._workspace is None:
+            return
+        try:
+            self._workspace.egress.allow(*self.egress_allow).deny(*self.egress_deny)
+        except ValueError as exc:
+            raise UsageError(f"TeaMagics.egress_allow/egress_deny: {exc}") from None
+
     def _switch(self, path: str) -> Any:
         if self._workspace is not None:
             self._workspace.close()
@@ -168,6 +194,28 @@ class TeaMagics(Magics):
         return self.workspace
 
     # -- %tea -----------------------------------------------------------------------------
+    def _doctor(self, words: list[str]) -> Any:
+        """``%tea doctor [MODEL] [--api-base URL]`` → the model's preflight report (default: the
+        workspace's model)."""
+        from tea_notebook.eval.doctor import preflight
+        from tea_notebook.models.client import resolve_model
+
+        api_base = None
+        if "--api-base" in words:
+            at = words.index("--api-base")
+            if at + 1 >= len(words):
+                raise UsageError("usage: %tea doctor [MODEL] [--api-base URL]")
+            api_base = words[at + 1]
+            words = words[:at] + words[at + 2 :]
+        if len(words) > 1:
+            raise UsageError("usage: %tea doctor [MODEL] [--api-base URL]")
+        ws = self.workspace
+        model = words[0] if words else resolve_model(None, None, self.default_model or ws.default_model)[0]
+        try:
+            return preflight(model, ws=ws, api_base=api_base)
+        except TeaError as exc:
+            raise UsageError(str(exc)) from None
+
     @line_magic
     def tea(self, line: str) -> Any:
         """Workspace, registries and runs; ``%tea help`` lists the subcommands."""
@@ -184,6 +232,10 @@ class TeaMagics(Magics):
             return self._eval(line.strip()[len(cmd) :])
         if cmd == "mcp":
             return self._mcp(line.strip()[len(cmd) :])
+        if cmd == "doctor":
+            return self._doctor(rest)
+        if cmd == "egress":
+            return self._egress(rest)
         if cmd == "workspace" and rest:
             return self._switch(rest[0])  # before opening the default one
         ws = self.workspace
@@ -244,6 +296,25 @@ class TeaMagics(Magics):
             raise UsageError(str(exc)) from None
         raise UsageError(f"unknown %tea subcommand {cmd!r}; %tea help lists them")
 
+    # -- %tea egress ------------------------------------------------------------------------------
+    def _egress(self, words: list[str]) -> Any:
+        """``%tea egress [allow|deny|remove PATTERN... | only-allowed on|off]``: the workspace's egress
+        policy (where model-chosen network actions may go), after the change."""
+        policy = self.workspace.egress
+        usage = "usage: %tea egress [allow|deny|remove PATTERN ... | only-allowed on|off]"
+        if words:
+            sub, args = words[0], words[1:]
+            try:
+                if sub in ("allow", "deny", "remove") and args:
+                    getattr(policy, sub)(*args)
+                elif sub == "only-allowed" and args in (["on"], ["off"]):
+                    policy.set_only_allowed(args == ["on"])
+                else:
+                    raise UsageError(usage)
+            except ValueError as exc:
+                raise UsageError(f"%tea egress {sub}: {exc}") from None
+        return _Text(policy.describe())
+
     # -- %tea create-tool / evolve ----------------------------------------------------------
     def _create_tool(self, tail: str) -> Any:
         """``%tea create-tool [--manual|--auto] [--model M] [--max-fixes N] [--quiet] TEXT`` → a Creation."""
@@ -278,7 +349,7 @@ class TeaMagics(Magics):
         parser = MagicArgumentParser(prog="%tea fork", add_help=False)
         parser.add_argument("run")
         parser.add_argument("--step", type=int, required=True, help="replay this many steps (CORAL: messages)")
-        parser.add_argument("--model", help="model for the steps after the fork (default: the usual resolution)")
+        parser.add_argument("--model", help="model for the steps after the fork (default: the forked run's model)")
         parser.add_argument("--task", nargs="+", help="a different task for the new run")
         parser.add_argument("--quiet", action="store_true", help="no live view")
         try:
@@ -288,11 +359,13 @@ class TeaMagics(Magics):
         if args.step < 0:
             raise UsageError("--step must be 0 or more")
         ws = self.workspace
-        model = args.model or self.default_model
+        model = args.model  # not the magics' default: a fork goes on with the forked run's model
         task = " ".join(args.task) if args.task else None
         try:
             result = self._drive(
-                ws, lambda ctx: ws.fork(args.run, args.step, model=model, task=task, context=ctx), quiet=args.quiet
+                ws,
+                lambda ctx: ws.fork(args.run, args.step, model=model, task=task, context=ctx, raise_on_error=False),
+                quiet=args.quiet,
             )
         except TeaError as exc:
             raise UsageError(f"%tea fork: {_short(exc)}") from None
@@ -352,10 +425,16 @@ class TeaMagics(Magics):
         parser.add_argument("--limit", type=int)
         parser.add_argument("--engine", default="local", choices=["local", "ray"])
         parser.add_argument("--address")
+        parser.add_argument("--epochs", type=int, default=1)
+        parser.add_argument("--reducer", default="mean")
+        parser.add_argument("--retries", type=int, default=3)
+        parser.add_argument("--inspect-log", dest="inspect_log")
         parser.add_argument("--quiet", action="store_true", help="no progress bar")
         if len(words) < 2:
             raise UsageError("usage: %tea eval AGENT TASKS [options] (TASKS: a path or 'sample'); %tea help")
         args = parser.parse_args(words)
+        if args.max_steps is not None:
+            _checked(args.max_steps, "--max-steps")
         from tea_notebook.eval.runner import evaluate
 
         tasks: Any = args.tasks
@@ -378,6 +457,10 @@ class TeaMagics(Magics):
                 "limit",
                 "engine",
                 "address",
+                "epochs",
+                "reducer",
+                "retries",
+                "inspect_log",
             )
         }
         if args.model is None and self.default_model:
@@ -529,8 +612,8 @@ class TeaMagics(Magics):
         metavar="URL",
         help="an OpenAI-compatible server for this run (e.g. http://localhost:11434/v1; no key needed locally)",
     )
-    @argument("--max-steps", type=int, help="step limit")
-    @argument("--tools", help="comma-separated tool names to offer")
+    @argument("--max-steps", type=int, help="step limit (1 or more)")
+    @argument("--tools", help="comma-separated tool names to offer (checked before the run starts)")
     @argument("--env", action="append", default=[], help="bind an environment (repeatable)")
     @argument(
         "--grant",
@@ -559,10 +642,14 @@ class TeaMagics(Magics):
             task = self._interpolate(task)
         ws = self.workspace
         options: dict[str, Any] = {}
-        if args.max_steps:
-            options["max_steps"] = args.max_steps
+        if args.max_steps is not None:
+            options["max_steps"] = _checked(args.max_steps, "--max-steps")
         if args.tools:
             options["tools"] = [t.strip() for t in args.tools.split(",") if t.strip()]
+            try:  # a typo fails here, before a run is started and stored
+                ws.tools.require(options["tools"], "--tools")
+            except TeaError as exc:
+                raise UsageError(str(exc)) from None
         if args.env:
             options["envs"] = args.env
         files = [str(Path(f).expanduser().resolve()) for f in args.file]
@@ -620,7 +707,10 @@ class TeaMagics(Magics):
         def start(ctx: Any) -> Any:
             if api_base:
                 ctx.model_options["api_base"] = api_base  # this run tree's model server
-            return agent.run(task, files or None, model=model, context=ctx, grants=list(grants or ()))
+            # the result is kept (--out) before the cell raises for an error
+            return agent.run(
+                task, files or None, model=model, context=ctx, grants=list(grants or ()), raise_on_error=False
+            )
 
         return self._drive(agent.workspace, start, quiet=quiet)
 
@@ -672,6 +762,7 @@ class TeaMagics(Magics):
         unsubscribe = ws.events.subscribe(follow) if follow else None
         run = start(ctx)
         future = submit(follow.run(run) if follow else run)
+        result = None
         try:
             try:
                 result = future.result()
@@ -684,7 +775,7 @@ class TeaMagics(Magics):
             if unsubscribe:
                 unsubscribe()
             if view is not None:
-                view.close(final=view.summary())  # the full result is the cell's value just below
+                view.close(final=view.ended(result))  # a run shown as the cell's value: its header once
         return result
 
 
@@ -747,6 +838,16 @@ def _agent_for(ws: Any, name: str, kind: str | None, options: dict[str, Any]) ->
     if not callable(getattr(agent, "run", None)):
         raise TeaError(f"agent {name!r} ({registered}) runs only as a sub-agent: delegate to it from a planner")
     return agent
+
+
+def _checked(max_steps: int, flag: str) -> int:
+    """A step limit from a flag, checked as the Python API checks ``max_steps`` (0 is refused)."""
+    from tea_notebook.runtime.agent import check_max_steps
+
+    try:
+        return check_max_steps(max_steps, flag)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _split(tail: str) -> list[str]:

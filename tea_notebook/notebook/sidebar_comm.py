@@ -82,20 +82,72 @@ def _record_item(registry: Any, record: Any) -> dict[str, Any]:
     }
 
 
+def _run_items(ws: Any, runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The runs section: each run titled ``agent · status`` with a line that tells two runs of one
+    agent apart (when it started, the shortest unique id prefix, its steps, its task's first words)."""
+    from tea_notebook.runtime.render import steps_label
+
+    counts = ws.db.step_counts([r["id"] for r in runs])
+    prefixes = unique_prefixes([r["id"] for r in runs])
+    items = []
+    for r in runs:
+        own, total = counts.get(r["id"], (0, 0))
+        steps = steps_label(own, total)
+        started = _when(r.get("started"))
+        items.append(
+            {
+                "name": r["id"],
+                "title": f"{r['agent']} · {r['status']}",
+                "subtitle": " · ".join(x for x in (started, prefixes[r["id"]], steps, _gist(r["task"])) if x),
+                "description": _clip(r["task"], 300),
+                "details": {
+                    "run": r["id"],
+                    "started": started,
+                    "steps": steps,
+                    "model": r.get("model"),
+                    "forked_from": r.get("forked_from"),
+                    "fork_step": r.get("fork_step"),
+                },
+            }
+        )
+    return items
+
+
+def unique_prefixes(ids: list[str], shortest: int = 8) -> dict[str, str]:
+    """For each id, its shortest prefix (at least ``shortest`` characters) that no other id shares:
+    ids made in one session start alike (a clock), so a fixed-length prefix would not tell them apart."""
+    ordered = sorted(set(ids))
+    out = {}
+    for i, run_id in enumerate(ordered):
+        need = shortest
+        for other in ordered[max(0, i - 1) : i] + ordered[i + 1 : i + 2]:  # the closest ids are neighbours
+            common = next((k for k, (a, b) in enumerate(zip(run_id, other)) if a != b), min(len(run_id), len(other)))
+            need = max(need, common + 1)
+        out[run_id] = run_id[:need]
+    return out
+
+
+def _when(started: Any) -> str:
+    """A run's start as local time: ``14:05:09`` today, ``2026-11-25 14:05`` on another day."""
+    import datetime as dt
+
+    if not isinstance(started, (int, float)):
+        return ""
+    moment = dt.datetime.fromtimestamp(started)
+    return moment.strftime("%H:%M:%S") if moment.date() == dt.date.today() else moment.strftime("%Y-%m-%d %H:%M")
+
+
+def _gist(task: str, limit: int = 60) -> str:
+    first = next((line.strip() for line in str(task).splitlines() if line.strip()), "")
+    return first if len(first) <= limit else first[: limit - 1] + "…"
+
+
 def workspace_state(ws: Any) -> dict[str, Any]:
     """What the sidebar shows: one list of items per section (plain JSON)."""
     sections: dict[str, list[dict[str, Any]]] = {}
     for key, registry in (("tools", ws.tools), ("agents", ws.agents), ("envs", ws.envs)):
         sections[key] = [_record_item(registry, r) for r in registry.list()[:SECTION_LIMIT]]
-    sections["runs"] = [
-        {
-            "name": r["id"],
-            "title": f"{r['agent']} · {r['status']}",
-            "description": _clip(r["task"], 300),
-            "details": {"model": r.get("model"), "forked_from": r.get("forked_from"), "fork_step": r.get("fork_step")},
-        }
-        for r in ws.runs(limit=SECTION_LIMIT)
-    ]
+    sections["runs"] = _run_items(ws, ws.runs(limit=SECTION_LIMIT))
     sections["memory"] = [
         {
             "name": m.name,

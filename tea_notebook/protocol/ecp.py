@@ -61,6 +61,9 @@ class SessionProvider(Protocol):
 
 _CLASS_METHODS = ("start", "stop", "call", "state", "kill")
 
+#: the name of the context (and session) of actions invoked outside runs
+INTERACTIVE = "interactive"
+
 
 def is_live_environment(obj: Any) -> bool:
     """Whether ``obj`` is a class shaped like a :class:`LiveEnvironment` (checked by its members,
@@ -119,6 +122,15 @@ class EnvironmentRegistry(Registry[EnvironmentRecord]):
         self._manager_factory = manager_factory
         self._manager: Any = None
         self.builtins: dict[str, Any] = dict(builtins or {})
+        self._interactive: Context | None = None
+
+    @property
+    def interactive(self) -> Context:
+        """The context of actions invoked outside runs (``ws.envs.invoke`` without a context): one for
+        the workspace, as a run has one, so an action's preconditions see what earlier calls did."""
+        if self._interactive is None:
+            self._interactive = Context(INTERACTIVE)
+        return self._interactive
 
     # -- live environments -----------------------------------------------------------------
     @property
@@ -165,11 +177,18 @@ class EnvironmentRegistry(Registry[EnvironmentRecord]):
 
     def release(self, run: str | None = None, environment: str | None = None) -> list[str]:
         """Stop the live sessions of one run, of one environment, or all of them."""
+        self._forget_interactive(run, environment)
         return self.manager.release(run, environment) if self._manager is not None else []
 
     async def arelease(self, run: str | None = None, environment: str | None = None) -> list[str]:
         """Async :meth:`release`."""
+        self._forget_interactive(run, environment)
         return await self.manager.arelease(run, environment) if self._manager is not None else []
+
+    def _forget_interactive(self, run: str | None, environment: str | None) -> None:
+        """The interactive sessions stop: what their actions set up is gone with them."""
+        if self._interactive is not None and run in (None, INTERACTIVE):
+            self._interactive.forget(f"{environment}." if environment else "")
 
     def reset(self, name: str, context: Context | None = None) -> str:
         """Reset the live session of ``name`` that ``context`` uses (the interactive one by default)."""
@@ -183,7 +202,10 @@ class EnvironmentRegistry(Registry[EnvironmentRecord]):
             await env.reset()
             return f"{name} was reset"
 
-        return run_sync(runtime.manager.run(runtime, context or Context(), work))
+        ctx = context or self.interactive
+        done = run_sync(runtime.manager.run(runtime, ctx, work))
+        ctx.forget(f"{name}.")  # the actions that set it up have to run again
+        return done
 
     def sessions(self) -> list[Any]:
         """The live sessions now (environment, run key, folder, state)."""
@@ -236,7 +258,7 @@ class EnvironmentRegistry(Registry[EnvironmentRecord]):
         self, name: str, action: str, args: dict[str, Any] | None = None, context: Context | None = None
     ) -> InvokeResult:
         """Run one action of an environment; errors come back as structured results."""
-        ctx = context or Context()
+        ctx = context or self.interactive
         label = f"{name}.{action}"
         try:
             rec, spec, call = self._action_call(name, action, ctx)

@@ -14,6 +14,8 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 NAME_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]{0,63}$")
+#: the longest description of a tool from outside (an MCP server) that is stored or shown to a model
+MAX_DESCRIPTION_CHARS = 2000
 
 
 def content_hash(content: dict[str, Any]) -> str:
@@ -149,13 +151,21 @@ class ToolRecord(Record):
             views.append((f"{self.name.replace('_', ' ')}: {params}", 0.5))
         return views
 
+    def prompt_description(self) -> str:
+        """The description as a model is shown it: a tool imported from an MCP server has it marked
+        as that server's words, not ours (it may carry instructions)."""
+        if self.origin != "mcp":
+            return self.description
+        server = (self.metadata.get("mcp") or {}).get("server") or self.toolkit or "?"
+        return f"[from MCP server {server!r}; untrusted] {self.description[:MAX_DESCRIPTION_CHARS]}"
+
     def to_openai(self) -> dict[str, Any]:
-        """The OpenAI function-calling form of this tool."""
+        """The OpenAI function-calling form of this tool (with :meth:`prompt_description`)."""
         return {
             "type": "function",
             "function": {
                 "name": self.name,
-                "description": self.description,
+                "description": self.prompt_description(),
                 "parameters": self.parameters,
             },
         }

@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Generic, Iterable, Iterator, TypeVar
 
 import numpy as np
-from jsonschema import Draft202012Validator
 from pydantic import ValidationError
 
 from tea_notebook._sync import run_sync
@@ -31,6 +30,11 @@ from tea_notebook.protocol.records import Record, UsageStats, content_hash
 from tea_notebook.protocol.retrieval import KeywordIndex, SearchHit, fuse
 from tea_notebook.protocol.schema import argument_problems, not_an_object, validation_error
 from tea_notebook.store.vectors import VectorIndex
+
+if TYPE_CHECKING:
+    # jsonschema is imported on first validation: where JupyterLab is installed it pulls in
+    # rfc3987_syntax, which builds a grammar at import (over a second)
+    from jsonschema import Draft202012Validator
 
 if TYPE_CHECKING:
     from tea_notebook.workspace import Workspace
@@ -117,6 +121,7 @@ class Registry(Generic[R]):
         self._last_save = 0.0
         self._query_cache: OrderedDict[str, np.ndarray] = OrderedDict()
         self._validators: dict[str, Draft202012Validator] = {}
+        self._searches: dict[tuple, tuple[dict[int, float], dict[int, float]]] = {}
         self._runtimes: dict[str, Any] = {}
         self._heads: dict[str, R] = {}
         self._heads_seq = 0
@@ -235,6 +240,11 @@ class Registry(Generic[R]):
     def current(self, name: str) -> R | None:
         """The current record without usage statistics, from an in-memory cache kept in step with
         the database's change log (the hot path of invoke); None when not registered."""
+        self._refresh_heads()
+        return self._head(name)
+
+    def _refresh_heads(self) -> None:
+        """Drop cached records that changed in the database since the last look."""
         last = self._db.last_change(self.kind)
         if last != self._heads_seq:
             if self._heads_seq == 0 or last < self._heads_seq:
@@ -243,6 +253,9 @@ class Registry(Generic[R]):
                 for change in self._db.changes_since(self.kind, self._heads_seq):
                     self._heads.pop(change.name, None)
             self._heads_seq = last
+
+    def _head(self, name: str) -> R | None:
+        """The cached current record (loaded on first use), as of the last :meth:`_refresh_heads`."""
         record = self._heads.get(name)
         if record is None:
             stored = self._db.head(self.kind, name)
@@ -267,9 +280,23 @@ class Registry(Generic[R]):
 
     def _missing(self, name: str) -> str:
         self._sync()
-        close = [n for n in self._ids if name.lower() in n.lower() or n.lower() in name.lower()][:3]
-        hint = f"; did you mean {', '.join(close)}?" if close else ""
-        return f"no {self.kind} named {name!r} is registered{hint}"
+        hint = _did_you_mean(name, self._ids)
+        return f"no {self.kind} named {name!r} is registered{'; ' + hint if hint else ''}"
+
+    def require(self, names: Iterable[str], what: str | None = None) -> None:
+        """Raise NotFoundError naming every one of ``names`` that is not registered, each with the
+        closest registered names ("did you mean …"); ``what`` says where the names came from
+        (``"--tools"``). Checked before a run starts, so a typo never costs a run."""
+        missing = [n for n in dict.fromkeys(names) if n not in self]
+        if not missing:
+            return
+        self._sync()
+        parts = []
+        for name in missing:
+            hint = _did_you_mean(name, self._ids)
+            parts.append(f"{name!r}" + (f" ({hint})" if hint else ""))
+        where = f"{what}: " if what else ""
+        raise NotFoundError(f"{where}no {self.kind} named {', '.join(parts)} is registered")
 
     def __contains__(self, name: object) -> bool:
         return isinstance(name, str) and self.current(name) is not None
@@ -534,17 +561,27 @@ class Registry(Generic[R]):
             if not allowed:
                 return []
         pool = max(4 * k, 40)
-        keyword: dict[int, float] = {}
-        semantic: dict[int, float] = {}
-        if mode != "semantic":
-            ids, scores = self._keyword.search(query, pool, allowed)
-            keyword = dict(zip(ids.tolist(), scores.tolist()))
-        if mode != "keyword":
-            qvec = self._query_vector(query)
-            index = self._sync_vectors()
-            if index is not None:
-                ids, scores = index.search(qvec, pool, allowed)
-                semantic = dict(zip(ids.tolist(), scores.tolist()))
+        # an agent routing its tools asks the same query (its task) every step: the index work is
+        # kept while the registry is unchanged, and only the usage prior (which moves) is recomputed
+        key = (query, mode, pool, self._seq, self.workspace.embedder.id) if allowed is None else None
+        cached = self._searches.get(key) if key is not None else None
+        if cached is not None:
+            keyword, semantic = cached
+        else:
+            keyword, semantic = {}, {}
+            if mode != "semantic":
+                ids, scores = self._keyword.search(query, pool, allowed)
+                keyword = dict(zip(ids.tolist(), scores.tolist()))
+            if mode != "keyword":
+                qvec = self._query_vector(query)
+                index = self._sync_vectors()
+                if index is not None:
+                    ids, scores = index.search(qvec, pool, allowed)
+                    semantic = dict(zip(ids.tolist(), scores.tolist()))
+            if key is not None:
+                if len(self._searches) >= 64:
+                    self._searches.clear()
+                self._searches[key] = (keyword, semantic)
         prior = self._usage_prior()
         weight = {"keyword": 1.0, "semantic": 0.0}.get(mode, keyword_weight)
         fused = fuse(semantic, keyword, prior, keyword_weight=weight)[:k]
@@ -662,7 +699,17 @@ class Registry(Generic[R]):
         """Candidates for a request: retrieved (if ``query``), limited to what ``context`` binds,
         and pruned by the relation graph (see :meth:`_admissible`)."""
         if query:
-            candidates = [h.record for h in self.search(query, k=max(k * 3, 20), **where)]
+            hits = self.search(query, k=max(k * 3, 20), **where)
+            # what ``hit.record`` gives, for all hits at once: one look at the change log, one usage read
+            self._refresh_heads()
+            self.flush_usage()
+            usage = self._db.usage(self.kind)
+            candidates = []
+            for hit in hits:
+                record = self._head(hit.name)
+                if record is None:
+                    raise NotFoundError(self._missing(hit.name))
+                candidates.append(self._decorate(record, usage))
         else:
             candidates = self.list(**where)
         bound = context.bound(self.kind) if context is not None else []
@@ -716,6 +763,8 @@ class Registry(Generic[R]):
         key = json.dumps(schema, sort_keys=True)
         validator = self._validators.get(key)
         if validator is None:
+            from jsonschema import Draft202012Validator
+
             validator = self._validators[key] = Draft202012Validator(schema)
         return validator
 
@@ -776,13 +825,19 @@ class Registry(Generic[R]):
 
     def flush_usage(self) -> None:
         """Write pending invocation counts."""
-        with self._lock:
-            pending, self._usage_pending, self._usage_since = self._usage_pending, {}, 0.0
+        pending = self.take_usage()
         if pending:
             try:
-                self._db.record_uses(self.kind, [(n, *v) for n, v in pending.items()])
+                self._db.record_uses(self.kind, pending)
             except Exception as exc:  # noqa: BLE001 - statistics must not fail a call
-                log.warning("could not record usage of %s: %s", ", ".join(pending), exc)
+                log.warning("could not record usage of %s: %s", ", ".join(r[0] for r in pending), exc)
+
+    def take_usage(self) -> list[tuple]:
+        """Pending invocation counts, handed over to be written by the caller (the agent loop writes
+        them in its step's one transaction): rows for :meth:`Database.record_uses`."""
+        with self._lock:
+            pending, self._usage_pending, self._usage_since = self._usage_pending, {}, 0.0
+        return [(n, *v) for n, v in pending.items()]
 
     def _sync_invoke(self, coro: Awaitable[InvokeResult]) -> InvokeResult:
         return run_sync(coro)  # type: ignore[arg-type]
@@ -796,6 +851,18 @@ def _text_key(text: str) -> str:
 def _record_key(views: str) -> str:
     """Cache key of a record vector (its views, serialised)."""
     return hashlib.sha256(b"record:" + views.encode()).hexdigest()
+
+
+def _did_you_mean(name: str, known: Iterable[str]) -> str:
+    """The hint "did you mean a, b?" naming the registered names closest to a misspelt ``name``
+    (difflib's ratio, names containing it or contained in it), or "" when none is close."""
+    import difflib
+
+    known = list(known)
+    lowered = {k.lower(): k for k in known}
+    close = [lowered[k] for k in difflib.get_close_matches(name.lower(), list(lowered), n=3, cutoff=0.6)]
+    close += [k for k in known if k not in close and (name.lower() in k.lower() or k.lower() in name.lower())]
+    return f"did you mean {', '.join(close[:3])}?" if close else ""
 
 
 def not_found_result(label: str, message: str) -> InvokeResult:

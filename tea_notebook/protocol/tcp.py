@@ -13,7 +13,8 @@ from tea_notebook.errors import NotFoundError, RegistryError, SchemaError
 from tea_notebook.protocol.context import Context, ToolContext
 from tea_notebook.protocol.records import ToolkitRecord, ToolRecord
 from tea_notebook.protocol.registry import InvokeResult, Registry, not_found_result
-from tea_notebook.protocol.tools import Tool, make_tool
+from tea_notebook.protocol.reserved import reserved_by
+from tea_notebook.protocol.tools import Tool, make_tool, unrebuildable
 
 if TYPE_CHECKING:
     from tea_notebook.protocol.manifest import ImportReport, ManifestWatcher
@@ -104,7 +105,13 @@ class ToolRegistry(Registry[ToolRecord]):
         ``"mcp"`` and the server in their provenance, and run through a live session of the server
         (started on first use, one per run). ``timeout`` bounds connecting, ``call_timeout`` each
         call, ``max_result_chars`` each result. Returns an ``MCPImport`` report; raises a TeaError
-        naming the server when it cannot be started, reached or understood.
+        naming the server when it cannot be started, reached or understood, or when one of its tools
+        would take the name of one of the runtime's own actions (``done``, ``todo``, …).
+
+        Nothing secret is stored: every ``env`` value, secret-looking headers and arguments become
+        ``${NAME}`` references (``report.references``), read from the environment after a restart;
+        ``headers={"Authorization": "Bearer ${TEA_MCP_TOKEN}"}`` is stored as written. Descriptions
+        are clipped to ``MAX_DESCRIPTION_CHARS`` (2,000).
         """
         if self.mcp is None:
             raise RegistryError("this tool registry has no MCP client (it comes with a Workspace)")
@@ -153,12 +160,15 @@ class ToolRegistry(Registry[ToolRecord]):
         return self.register(record.model_copy(update={"metadata": metadata}), note=f"trust {mode} ({by})")
 
     def _coerce(self, obj: Any) -> tuple[ToolRecord, Any]:
-        if isinstance(obj, Tool):
-            return obj.record, obj
-        if callable(obj) and not isinstance(obj, (ToolRecord, dict)):
+        built = obj if isinstance(obj, Tool) else None
+        if built is None and callable(obj) and not isinstance(obj, (ToolRecord, dict)):
             built = make_tool(obj)
-            return built.record, built
-        return super()._coerce(obj)
+        if built is None:
+            return super()._coerce(obj)
+        problem = unrebuildable(built)
+        if problem is not None:  # refused now, rather than stored as a card that fails in every other process
+            raise RegistryError(problem)
+        return built.record, built
 
     def _runtime_key(self, record: ToolRecord) -> str:
         return record.source_hash or record.name
@@ -167,6 +177,10 @@ class ToolRegistry(Registry[ToolRecord]):
         super()._check_relations(record)
         if record.toolkit is not None and not record.toolkit.strip():
             raise RegistryError(f"tool {record.name!r}: toolkit name is empty")
+        owner = reserved_by(record.name) if record.origin == "mcp" else None
+        if owner is not None:  # however it arrives (an import, a manifest): never beside the real action
+            server = (record.metadata.get("mcp") or {}).get("server") or record.toolkit
+            raise RegistryError(f"tool {record.name!r} of MCP server {server!r} takes the name of {owner}")
 
     def _describe_extra(self, record: ToolRecord) -> list[str]:
         props = record.parameters.get("properties", {})

@@ -61,6 +61,30 @@ def function_source(fn: Callable[..., Any]) -> str:
         return ""
 
 
+def unrebuildable(tool: Tool) -> str | None:
+    """Why no other process (nor this one after a restart) could rebuild ``tool``, or None when one can.
+
+    A Python tool comes back from its importable module or from its stored source. A function defined
+    where Python keeps no source (``python -c``, a heredoc piped to ``python -``, ``exec``'d text) in a
+    script's ``__main__`` has neither: registering it would store a card that fails everywhere else with
+    "no runtime for origin 'python'".
+    """
+    record = tool.record
+    if tool.fn is None or record.origin != "python" or record.source.strip():
+        return None
+    module, _, qualname = record.entrypoint.partition(":")
+    loaded = sys.modules.get(module)
+    if module and module != "__main__" and "<" not in qualname and getattr(loaded, "__file__", None):
+        return None  # importable by name elsewhere
+    code = getattr(getattr(tool.fn, "__code__", None), "co_filename", "") or "an unknown place"
+    return (
+        f"tool {record.name!r}: Python cannot read the source of {qualname or record.name}() (defined in "
+        f"{code}: `python -c`, a heredoc or exec'd text keep none), so no other process and no later session "
+        "could rebuild it. Define the function in a .py file or a notebook cell, or give its source text: "
+        "@ws.tools.tool(source=TEXT) or tea_notebook.protocol.tools.make_tool(fn, source=TEXT)"
+    )
+
+
 def imported_modules(source: str) -> list[str]:
     """Top-level third-party modules a piece of source imports (the standard library left out)."""
     try:

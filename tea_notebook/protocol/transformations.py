@@ -15,9 +15,6 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError as JSONSchemaError
-
 from tea_notebook.errors import TransformationError
 from tea_notebook.protocol.acp import AGENT_TASK_SCHEMA
 from tea_notebook.protocol.records import (
@@ -35,6 +32,9 @@ if TYPE_CHECKING:
 
 
 def _check_schema(owner: str, schema: dict[str, Any]) -> None:
+    from jsonschema import Draft202012Validator  # on first use: its import is slow (see protocol.registry)
+    from jsonschema.exceptions import SchemaError as JSONSchemaError
+
     try:
         Draft202012Validator.check_schema(schema)
     except JSONSchemaError as exc:

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import inspect
 import json
 import re
+import sys
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Awaitable
@@ -29,7 +32,7 @@ from tea_notebook.models.client import (
     takes_images,
 )
 from tea_notebook.protocol.context import Context
-from tea_notebook.protocol.records import AgentRecord
+from tea_notebook.protocol.records import AgentRecord, Relation
 from tea_notebook.runtime.jobs import Runnable
 from tea_notebook.runtime.prompts import DONE_TOOL, StepRecord, build_messages
 from tea_notebook.runtime.runlog import RunInterrupted, RunLog
@@ -127,8 +130,9 @@ class RunResult:
         return f"~{total} (estimated: scripted model)" if tokens_estimated(self.model) else str(total)
 
     def __repr__(self) -> str:
+        # the status first: a run that did not succeed must not read like one that did
         return (
-            f"RunResult(run_id={self.run_id!r}, agent={self.agent!r}, status={self.status!r}, steps={self.steps}, "
+            f"RunResult(status={self.status!r}, agent={self.agent!r}, run_id={self.run_id!r}, steps={self.steps}, "
             f"tokens={self._tokens_text()}, cost={self.cost:.4f}, answer={self.answer[:200]!r})"
         )
 
@@ -210,6 +214,7 @@ class Agent(Runnable):
     ):
         if tool_mode not in ("auto", "native", "json"):
             raise ValueError("tool_mode must be 'auto', 'native' or 'json'")
+        check_max_steps(max_steps)
         self.workspace = workspace
         self.name = name
         self.kind = kind
@@ -267,12 +272,55 @@ class Agent(Runnable):
         live = workspace._live_agents.get(name)
         if live is not None and not overrides:
             return live
-        rec = workspace.agents.get(name)
-        config = dict(rec.metadata.get("config") or {"tools": rec.tools or None})
-        config.update(description=rec.description, role=rec.role, model=rec.model, max_steps=rec.max_steps or 20)
+        config = card_settings(workspace.agents.get(name))
         config.update(overrides)
         config.setdefault("register", False)
         return cls(workspace, name, **config)
+
+    @classmethod
+    def open(cls, workspace: "Workspace", name: str, **options: Any) -> "Agent":
+        """What ``ws.agent(name, **options)`` returns (see :meth:`tea_notebook.workspace.Workspace.agent`):
+        a new agent, or the registered one loaded from its card with ``options`` applied as a new,
+        announced version of the card when they change it."""
+        rec = workspace.agents.current(name)
+        if rec is None:
+            return cls(workspace, name, **options)
+        kind = rec.metadata.get("kind") or "agent"
+        if kind not in LOOP_KINDS:
+            raise TeaError(
+                f"agent {name!r} is registered as a {kind}, not a tool-calling agent: ws.agent({name!r}) would "
+                f"replace it. Use it as it is (%%agent {name}, ws.agents.invoke({name!r}, ...)) or pick another name"
+            )
+        stored = card_settings(rec)
+        defaults = {k: p.default for k, p in inspect.signature(cls.__init__).parameters.items() if k in _PERSISTED}
+        changed = sorted(k for k, v in options.items() if k in _PERSISTED and stored.get(k, defaults[k]) != v)
+        agent = cls(workspace, name, **{**stored, **options, "kind": kind, "register": False})
+        record = rec
+        if changed:
+            delegation = [r for r in rec.relations if r.type != "delegates_to"]
+            record = rec.model_copy(
+                update={
+                    "description": agent.description,
+                    "role": options.get("role", rec.role),
+                    "model": agent.model,
+                    "tools": list(agent.tools or []),
+                    "max_steps": agent.max_steps,
+                    "relations": delegation + [Relation(type="delegates_to", target=a) for a in agent.sub_agents],
+                    "metadata": {**rec.metadata, "kind": kind, "config": agent._config()},
+                }
+            )
+        # identical content stores no new version: this only attaches the runner to the card
+        saved = workspace.agents.register(record, runtime=agent._runner, note="ws.agent: " + ", ".join(changed))
+        if saved.version != rec.version:
+            warnings.warn(
+                AgentCardUpdated(
+                    f"agent {name!r}: {', '.join(changed)} changed, stored as version {saved.version} of its card "
+                    f"(version {rec.version} is kept: ws.agents.rollback({name!r}, {rec.version}) restores it)"
+                ),
+                stacklevel=3,
+            )
+        workspace._live_agents[name] = agent
+        return agent
 
     def __repr__(self) -> str:
         return f"Agent({self.name!r}, model={self.resolved_model()[0]!r}, max_steps={self.max_steps})"
@@ -294,7 +342,9 @@ class Agent(Runnable):
         _replay: list[StepRecord] | None = None,
         _fork: tuple[str, int] | None = None,
     ) -> RunResult:
-        """Run the agent on ``task``. Never raises for the task's own failures: see ``status``.
+        """Run the agent on ``task``. A run that ends in ``error`` raises :class:`~tea_notebook.errors.RunFailed`
+        (its ``.result`` is this result; ``raise_on_error=False`` returns it instead); every other ending
+        is returned: see ``status``.
 
         ``grants``: permissions for this run only, e.g. ``["kernel.write"]`` lets the kernel
         environment write variables and run code in the user's namespace.
@@ -302,7 +352,10 @@ class Agent(Runnable):
         ``context``: a :meth:`Workspace.context` whose ``cancel`` event stops the run (and its
         sub-agents) cooperatively: ``ctx.cancel.set()`` from another thread or a Stop button.
         """
-        run = self._new_run(task, list(files or []), model, context, max_steps or self.max_steps, _replay, _fork)
+        steps = self.max_steps if max_steps is None else check_max_steps(max_steps)
+        if self.tools is not None:
+            self.workspace.tools.require(self.tools, f"agent {self.name!r}'s tools")  # before the run exists
+        run = self._new_run(task, list(files or []), model, context, steps, _replay, _fork)
         run.ctx.grants.update(grants)
         return await run.execute()
 
@@ -312,7 +365,37 @@ class Agent(Runnable):
 
     async def _runner(self, task: str, files: list[str] | None = None, context: Context | None = None) -> str:
         """ACP runner: a sub-agent run nested under the caller's run; its answer, or an error."""
-        return sub_agent_answer(self.name, await self.run(task, files, context=context))
+        return sub_agent_answer(self.name, await self.run(task, files, context=context, raise_on_error=False))
+
+
+def check_max_steps(value: Any, name: str = "max_steps") -> int:
+    """``value`` if it is a usable step limit (a whole number, 1 or more), else ValueError naming
+    ``name``: a run needs at least one step, so 0 is refused rather than read as "no limit"."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a whole number of 1 or more (a run needs at least one step), not {value!r}")
+    return value
+
+
+#: agent kinds whose runner is this class's loop (others are rebuilt by tea_notebook.agents.kinds)
+LOOP_KINDS = ("agent", "browser_use", "orchestra")
+#: the :class:`Agent` settings its card keeps (the record's fields and ``metadata["config"]``)
+_PERSISTED = frozenset(
+    {"description", "role", "model", "max_steps", "tools", "sub_agents", "envs", "todo", "max_actions"}
+    | {"tool_mode", "memory_budget", "keep_recent_steps", "max_consecutive_errors", "tool_timeout", "vision"}
+    | {"system_prompt"}
+)
+
+
+class AgentCardUpdated(UserWarning):
+    """``ws.agent(name, ...)`` stored a new version of an existing agent's card (the message says what changed)."""
+
+
+def card_settings(rec: AgentRecord) -> dict[str, Any]:
+    """The :class:`Agent` settings an ACP card holds: its stored ``config``, or for a card made another way
+    (T2A, registered by hand) its tool list; with its description, role, model and step limit."""
+    config = dict(rec.metadata.get("config") or {"tools": list(rec.tools) or None})
+    config.update(description=rec.description, role=rec.role, model=rec.model, max_steps=rec.max_steps or 20)
+    return config
 
 
 def routable(record: Any) -> bool:
@@ -348,6 +431,9 @@ class _Run(RunLog):
     """The state of one run; ``execute`` is the loop. Subclasses change the rules through the hooks
     ``_controls``/``_control`` (loop-handled tools), ``_messages`` (the prompt) and ``_before_step``."""
 
+    #: what ``ws.fork`` replays of such a run (recorded in ``run_started``; None: it cannot be forked)
+    fork_unit: str | None = "steps"
+
     def __init__(
         self,
         agent: Agent,
@@ -376,12 +462,16 @@ class _Run(RunLog):
         self.in_flight: dict[str, tuple[str, int]] = {}
         self.reported_stops: set[str] = set()  # call ids already reported as cut short by a stop
         self.native = self._native()
+        self._offer_cache: tuple[tuple, list[dict[str, Any]], set[str]] | None = None
+        self._hidden: tuple[int, int] | None = None
 
     def _native(self) -> bool:
         if self.agent.tool_mode != "auto":
             return self.agent.tool_mode == "native"
         if is_offline(self.model):
             return True
+        if "litellm" not in sys.modules:
+            return False  # decided again in execute(), once litellm is imported off the event loop
         try:
             from tea_notebook.models.client import _litellm
 
@@ -391,12 +481,44 @@ class _Run(RunLog):
 
     # -- tools ----------------------------------------------------------------------------
     def _offered(self) -> tuple[list[dict[str, Any]], set[str]]:
-        """OpenAI tool definitions offered this step, and which of them are sub-agents."""
+        """OpenAI tool definitions offered this step, and which of them are sub-agents.
+
+        Named tools are worked out again only when the tool or toolkit registries or the tools bound
+        to the run changed (routed ones every step: the router weighs how calls went)."""
+        key = self._offer_key()
+        if key is not None and self._offer_cache is not None and self._offer_cache[0] == key:
+            return list(self._offer_cache[1]), set(self._offer_cache[2])
+        tools, agent_tools = self._offer()
+        if key is not None:
+            self._offer_cache = (key, list(tools), set(agent_tools))
+        return tools, agent_tools
+
+    def _offer_key(self) -> tuple | None:
+        """What the named tools offered depend on (None: not cached, see :meth:`_offered`)."""
+        if self.agent.tools is None or self.agent.envs:  # routed, or environments checked every step
+            return None
+        db = self.ws.db
+        return (
+            db.last_change(self.ws.tools.kind),
+            db.last_change(self.ws.toolkits.kind),
+            tuple(self.ctx.bound(self.ws.tools.kind)),
+            tuple(self._controls()),
+        )
+
+    def _hidden_tools(self) -> int:
+        """How many registered tools are offered only by name (counted once per registry change)."""
+        seq = self.ws.db.last_change(self.ws.tools.kind)
+        if self._hidden is None or self._hidden[0] != seq:
+            # the store counts them (``routable`` reads this field) instead of every record being loaded
+            self._hidden = (seq, self.ws.db.count_heads(self.ws.tools.kind, "$.metadata.routing", "explicit"))
+        return self._hidden[1]
+
+    def _offer(self) -> tuple[list[dict[str, Any]], set[str]]:
         ws = self.ws
         if self.agent.tools is not None:
             records = ws.tools.prune([ws.tools.get(n) for n in self.agent.tools], self.ctx)
         else:
-            hidden = sum(1 for r in ws.tools.list() if not routable(r))
+            hidden = self._hidden_tools()
             k = 20 + hidden
             routed = (
                 ws.tools.route(context=self.ctx, k=k)
@@ -704,12 +826,18 @@ class _Run(RunLog):
         self.emit("error", {"kind": "tools_interrupted", "message": message, "tools": tools, "still_running": still})
 
     async def execute(self) -> RunResult:
+        if self.agent.tool_mode == "auto" and not is_offline(self.model) and "litellm" not in sys.modules:
+            from tea_notebook.models.client import _litellm
+
+            await asyncio.to_thread(_litellm)  # its first import takes seconds: not on the shared loop
+            self.native = self._native()
         self.start(
             fork=self.fork,
             files=self.files,
             max_steps=self.max_steps,
             native_tools=self.native,
             forked_from=self.fork[0] if self.fork else None,
+            fork_unit=self.fork_unit,
         )
         for replayed in self.steps:
             self.emit("step", {**_step_data(replayed), "replayed": True}, replayed.number)
@@ -862,8 +990,8 @@ class _Run(RunLog):
     def _finish_step(self, record: StepRecord) -> None:
         self.steps.append(record)
         self.last_step = record.number
-        self.ws.tools.flush_usage()
-        self.emit("step", _step_data(record), record.number)
+        # the step's events and its tools' usage counts: one transaction
+        self.emit("step", _step_data(record), record.number, uses=[(self.ws.tools.kind, self.ws.tools.take_usage())])
 
     async def _fold_memory(self, step: int) -> None:
         """Keep the history within ``memory_budget`` tokens: fold the oldest steps into a summary,

@@ -14,12 +14,15 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextvars
+import functools
 import html
+import inspect
 import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable, Coroutine
 
 from tea_notebook._sync import run_sync, submit
+from tea_notebook.errors import RunFailed
 from tea_notebook.runtime.events import Event
 
 if TYPE_CHECKING:
@@ -186,6 +189,28 @@ class RunHandle:
     def _repr_pretty_(self, p: Any, cycle: bool) -> None:
         p.text(repr(self))
 
+    def _ipython_display_(self) -> None:
+        """Shown in a notebook (a cell's value, ``display(handle)``): a line that changes to the run's
+        final status when it ends, after the cell has ended too."""
+        from IPython.display import display
+
+        from tea_notebook.runtime.cell_output import as_message_of, display_parent
+
+        parent = display_parent()
+        if parent is None or self.done():  # nothing to update later (or no kernel to update it in)
+            display(self._bundle(), raw=True)
+            return
+        shown = display(self._bundle(), raw=True, display_id=True)
+
+        def ended(handle: "RunHandle") -> None:
+            with as_message_of(parent):
+                shown.update(handle._bundle(), raw=True)
+
+        self.add_done_callback(ended)
+
+    def _bundle(self) -> dict[str, str]:
+        return {"text/plain": repr(self), "text/html": self._repr_html_()}
+
     def _repr_html_(self) -> str:
         r = self.row()
         what = (
@@ -288,10 +313,22 @@ class Jobs:
 
 
 class Runnable:
-    """What every kind of agent offers on top of its ``async run(task, files, **options)``."""
+    """What every kind of agent offers on top of its ``async run(task, files, **options)``.
+
+    The contract of ``run`` (and so of ``run_sync``), the same for every kind: a run that ends with
+    status ``error`` raises :class:`~tea_notebook.errors.RunFailed` (its ``.result`` is the stored
+    :class:`RunResult`); pass ``raise_on_error=False`` to get the result instead (batch code). The other
+    endings (``success``, ``failed``, ``max_steps``, ``unverified``, ``interrupted``) are returned, and the
+    result shows its status first. Each kind's own ``run`` is wrapped once, here, when the class is made.
+    """
 
     workspace: "Workspace"
     name: str
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "run" in cls.__dict__:
+            cls.run = _raising_on_error(cls.__dict__["run"])
 
     async def run(self, task: str, files: list[str] | None = None, **kwargs: Any) -> "RunResult":
         raise NotImplementedError
@@ -316,7 +353,30 @@ class Runnable:
         return self.workspace.jobs.start(
             self.name,
             task,
-            lambda ctx: self.run(task, files, context=ctx, **kwargs),
+            # a background run keeps its result, error or not: handle.status and handle.result() show it
+            lambda ctx: self.run(task, files, context=ctx, raise_on_error=False, **kwargs),
             on_event=on_event,
             model_options=model_options,
         )
+
+
+def _raising_on_error(run: Callable[..., Any]) -> Callable[..., Any]:
+    """``run`` with the :class:`Runnable` contract: a keyword ``raise_on_error=True`` that turns a result
+    with status ``error`` into :class:`~tea_notebook.errors.RunFailed` (signature and docstring kept)."""
+    if getattr(run, "_raises_on_error", False):
+        return run
+
+    @functools.wraps(run)
+    async def checked(self: Any, *args: Any, raise_on_error: bool = True, **kwargs: Any) -> Any:
+        result = await run(self, *args, **kwargs)
+        if raise_on_error and getattr(result, "status", None) == "error":
+            raise RunFailed(result)
+        return result
+
+    signature = inspect.signature(run)
+    params = list(signature.parameters.values())
+    flag = inspect.Parameter("raise_on_error", inspect.Parameter.KEYWORD_ONLY, default=True, annotation="bool")
+    at = next((i for i, p in enumerate(params) if p.kind is p.VAR_KEYWORD), len(params))
+    checked.__signature__ = signature.replace(parameters=[*params[:at], flag, *params[at:]])  # type: ignore[attr-defined]
+    checked._raises_on_error = True  # type: ignore[attr-defined]
+    return checked

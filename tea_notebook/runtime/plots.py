@@ -31,17 +31,39 @@ def _pyplot() -> Any:
     return plt
 
 
+def subplots(*args: Any, **kwargs: Any) -> tuple[Any, Any]:
+    """``plt.subplots`` making an :class:`~tea_notebook.runtime.figures.ImageFigure`: it shows as an
+    image under any matplotlib backend (``matplotlib.use("Agg")`` included)."""
+    plt = _pyplot()
+    from tea_notebook.runtime.figures import ImageFigure
+
+    return plt.subplots(*args, FigureClass=ImageFigure, **kwargs)
+
+
+def whole_numbers(*axes: Any, x: bool = True, y: bool = False) -> None:
+    """Ticks at whole numbers only on the ``x`` (and ``y``) axes of ``axes`` (steps, counts), even when
+    the view holds a single one (MaxNLocator falls back to fractions below ``min_n_ticks`` integers)."""
+    from matplotlib.ticker import MaxNLocator
+
+    for ax in axes:
+        if x:
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
+        if y:
+            ax.yaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
+
+
 def plot_run(traj: "Trajectory") -> Any:
-    """Tokens, cost and model latency per step of one run (sub-agents' calls on their own bars);
-    for a run in stages (ToolSelf), tokens per step coloured by stage, tokens per stage and toolbox
-    size per stage; for a conversation (CORAL), :func:`plot_conversation`."""
+    """Tokens, cost and time per step of one run (the model's and the tool calls' time stacked;
+    sub-agents' calls on their own bars); for a run in stages (ToolSelf), tokens per step coloured
+    by stage, tokens per stage and toolbox size per stage; for a conversation (CORAL),
+    :func:`plot_conversation`."""
     if traj.stages:
         return plot_stages(traj)
     if traj.messages:
         return plot_conversation(traj)
     plt = _pyplot()
     steps = [s for s in traj.steps if not s.replayed]
-    fig, axes = plt.subplots(1, 3, figsize=(12, 3.2), constrained_layout=True)
+    fig, axes = subplots(1, 3, figsize=(12, 3.2), constrained_layout=True)
     numbers = [s.number for s in steps]
     axes[0].bar(numbers, [s.prompt_tokens for s in steps], label="prompt")
     axes[0].bar(
@@ -52,10 +74,15 @@ def plot_run(traj: "Trajectory") -> Any:
     axes[0].legend(fontsize=8)
     axes[1].bar(numbers, [s.cost for s in steps], color="#b35900")
     axes[1].set_title("cost per step (USD)")
-    axes[2].plot(numbers, [1000 * s.latency for s in steps], marker="o")
-    axes[2].set_title("model latency per step (ms)")
+    axes[2].bar(numbers, [s.latency for s in steps], label="model", color="#0969da")
+    axes[2].bar(
+        numbers, [s.tool_time for s in steps], bottom=[s.latency for s in steps], label="tools", color="#8250df"
+    )
+    axes[2].set_title("time per step (s)")
+    axes[2].legend(fontsize=8)
     for ax in axes:
         ax.set_xlabel("step")
+    whole_numbers(*axes)
     fig.suptitle(f"{traj.agent} · {traj.status} · run {traj.run_id}", fontsize=10)
     plt.close(fig)
     return fig
@@ -88,7 +115,7 @@ def plot_stages(traj: "Trajectory") -> Any:
     plt = _pyplot()
     totals = stage_totals(traj)
     ordered = sorted(traj.stages, key=lambda st: st.get("first_step", 0))
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.4), constrained_layout=True)
+    fig, axes = subplots(1, 3, figsize=(13, 3.4), constrained_layout=True)
     colours = plt.rcParams["axes.prop_cycle"].by_key().get("color", ["#0969da"])
     for i, st in enumerate(ordered):
         end = ordered[i + 1].get("first_step", 0) if i + 1 < len(ordered) else None
@@ -119,6 +146,8 @@ def plot_stages(traj: "Trajectory") -> Any:
     axes[2].set_title("toolbox size per stage")
     for ax in axes[1:]:
         ax.set_xlabel("stage")
+    whole_numbers(axes[0])
+    whole_numbers(axes[2], x=False, y=True)
     fig.suptitle(f"{traj.agent} · {traj.status} · {len(totals)} stages · run {traj.run_id}", fontsize=10)
     plt.close(fig)
     return fig
@@ -128,7 +157,7 @@ def plot_conversation(traj: "Trajectory") -> Any:
     """A CORAL run: each message on a timeline by sender (lines from sender to recipient), and
     tokens per agent."""
     plt = _pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(13, 3.6), constrained_layout=True)
+    fig, axes = subplots(1, 2, figsize=(13, 3.6), constrained_layout=True)
     messages = sorted(traj.messages, key=lambda m: m.get("seq", 0))
     start = min((m.get("time", 0.0) for m in messages), default=0.0)
     agents = list(dict.fromkeys([c.agent for c in traj.children] + [m.get("sender", "") for m in messages]))
@@ -163,7 +192,7 @@ def plot_runs(workspace: "Workspace", limit: int = 200) -> Any:
     """Runs over time coloured by status, and tool calls by tool, across a workspace."""
     plt = _pyplot()
     runs = workspace.db.runs(limit, parent_id=None)
-    fig, axes = plt.subplots(1, 2, figsize=(12, 3.4), constrained_layout=True)
+    fig, axes = subplots(1, 2, figsize=(12, 3.4), constrained_layout=True)
     colours = {
         "success": "#1a7f37",
         "failed": "#b35900",
@@ -339,7 +368,7 @@ def plot_evolution(workspace: "Workspace") -> Any:
 
     data = evolution_data(workspace)
     n = len(data["tasks"])
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.4), constrained_layout=True)
+    fig, axes = subplots(1, 3, figsize=(13, 3.4), constrained_layout=True)
     steps = list(range(n + 1))
     axes[0].plot(steps, data["experience"], marker="o", label="experience entries")
     axes[0].plot(steps, data["tools"], marker="s", label="tools created")

@@ -89,6 +89,8 @@ def payload(traj: "Trajectory") -> dict[str, Any]:
         "completion_tokens": traj.completion_tokens,
         "cost": traj.cost,
         "steps": [_step_payload(s) for s in traj.steps],
+        # "steps": a Fork button on each step of the run; "messages" (CORAL) or "": none on steps
+        "forkable": traj.fork_unit or "",
         "stages": [_stage_payload(st) for st in traj.stages],
         "threads": thread_items(traj.threads),
         "messages": _messages_payload(traj),
@@ -159,31 +161,60 @@ def _message_work(traj: "Trajectory") -> dict[Any, list[list[int]]]:
 
 #: at most this many of a run's files are listed in its payload
 FILES_LISTED = 200
+#: at most this many of a run's files are looked at to list them (the sandbox's entry quota)
+FILES_WALKED = 100_000
 
 
 def _folder_payload(folder: str | None) -> dict[str, Any]:
-    """The run folder's files (names relative to it, sorted) and its todo.md, when there are any."""
-    from pathlib import Path
+    """The run folder's regular files (names relative to it, sorted) and its todo.md, when there
+    are any. Read beneath the folder's descriptor: sandboxed code writes in the run folder, and a
+    link it left there (todo.md -> a host file) must not bring a host file into the view."""
+    import os
+    import stat
 
-    if not folder or not Path(folder).is_dir():
+    from tea_notebook._safe_open import Beneath, read_beneath
+    from tea_notebook.errors import EnvironmentFailure
+    from tea_notebook.runtime.todo import MAX_BYTES
+
+    if not folder or not os.path.isdir(folder):
         return {}
-    root = Path(folder)
-    names = sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
-    out: dict[str, Any] = {}
-    if names:
-        out["files"] = names[:FILES_LISTED]
-    todo = root / "todo.md"
-    if todo.is_file():
-        out["todo"] = _field(todo.read_text(encoding="utf-8", errors="replace"))
-    return out
+    root = Beneath(folder)
+    try:
+        names = []
+        with root.open(".", "any") as top:
+            for entry in root.walk(top, folders_first=False):
+                if stat.S_ISREG(entry.stat.st_mode):
+                    names.append(entry.rel)
+                    if len(names) >= FILES_WALKED:
+                        break
+        out: dict[str, Any] = {}
+        if names:
+            out["files"] = sorted(names)[:FILES_LISTED]
+        try:
+            todo = read_beneath(root, "todo.md", MAX_BYTES)
+        except EnvironmentFailure as exc:
+            out["todo"] = _field(f"(todo.md is not shown: {exc})")
+        else:
+            if todo is not None:
+                out["todo"] = _field(todo.decode("utf-8", "replace"))
+        return out
+    finally:
+        root.close()
 
 
 def latency_tree(traj: "Trajectory") -> dict[str, Any]:
-    """Seconds per step (model latency), nested like the run tree: kept in the bundle's metadata,
-    out of the payload, so that stored notebooks stay diffable."""
+    """Seconds per step, nested like the run tree: ``steps`` the model's time, ``tools`` the tool
+    calls' (wall clock). Kept in the bundle's metadata, out of the payload, so that stored notebooks
+    stay diffable."""
+    return step_times(traj.steps, [latency_tree(c) for c in traj.children])
+
+
+def step_times(steps: list["StepView"], children: list[dict[str, Any]]) -> dict[str, Any]:
+    """One node of :func:`latency_tree` (the stored trajectory's and the live view's)."""
     return {
-        "steps": [round(s.latency, 3) for s in traj.steps],
-        "children": [latency_tree(c) for c in traj.children],
+        "steps": [round(s.latency, 3) for s in steps],
+        "tools": [round(s.tool_time, 3) for s in steps],
+        "children": children,
     }
 
 
@@ -400,9 +431,26 @@ def _actions_html(actions: list[dict[str, Any]]) -> str:
     return "".join(parts)
 
 
-def header_html(agent: str, model: str, status: str, steps: int, tokens: int, cost: float, extra: str = "") -> str:
-    """The header line: agent, model, status and running totals (token counts of a scripted
-    offline model are marked as estimates)."""
+def steps_label(own: int, total: int) -> str:
+    """How many steps a run took: its own, and with its sub-agents' when they add any (a CORAL team
+    takes none itself: all its steps are its members')."""
+    if total <= own:
+        return f"{own} steps"
+    if own == 0:
+        return f"{total} steps (by sub-agents)"
+    return f"{own} steps ({total} with sub-agents)"
+
+
+def tree_steps(traj: "Trajectory") -> int:
+    """Steps of a run and all its sub-runs."""
+    return len(traj.steps) + sum(tree_steps(c) for c in traj.children)
+
+
+def header_html(
+    agent: str, model: str, status: str, steps: int, tokens: int, cost: float, extra: str = "", total: int = 0
+) -> str:
+    """The header line: agent, model, status and running totals (``steps`` the run's own, ``total``
+    with its sub-runs'; token counts of a scripted offline model are marked as estimates)."""
     from tea_notebook.models.client import ESTIMATED, tokens_estimated
 
     colour = _STATUS_COLOUR.get(status, "#57606a")
@@ -412,7 +460,7 @@ def header_html(agent: str, model: str, status: str, steps: int, tokens: int, co
     return (
         f"<div class='h'><span class='st' style='color:{colour}'>{_esc(status)}</span>"
         f"<span><b>{_esc(agent)}</b></span><span class='muted'>{_esc(model)}</span>"
-        f"<span>{steps} steps</span>{shown}<span>${cost:.4f}</span>{extra}</div>"
+        f"<span>{steps_label(steps, total)}</span>{shown}<span>${cost:.4f}</span>{extra}</div>"
     )
 
 
@@ -428,6 +476,7 @@ def trajectory_html(traj: "Trajectory", nested: bool = False) -> str:
             len(traj.steps),
             traj.prompt_tokens + traj.completion_tokens,
             traj.cost,
+            total=tree_steps(traj),
         ),
         f"<div><span class='muted'>task:</span> {_esc(_field(traj.task))}</div>",
     ]

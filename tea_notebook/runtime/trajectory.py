@@ -31,6 +31,29 @@ class StepView:
     latency: float = 0.0
     replayed: bool = False
     errors: list[str] = field(default_factory=list)
+    #: ``(start, end)`` times of the step's tool calls (see :attr:`tool_time`)
+    tool_spans: list[tuple[float, float]] = field(default_factory=list, repr=False)
+
+    def add_tool_result(self, ended: float, latency: Any) -> None:
+        """Count a tool call that ended at ``ended`` (epoch seconds) after ``latency`` seconds."""
+        if isinstance(latency, (int, float)) and latency >= 0:
+            self.tool_spans.append((ended - latency, ended))
+
+    @property
+    def tool_time(self) -> float:
+        """Seconds the step spent in its tool calls, by the clock: calls that ran at the same time
+        count once (``latency`` is the model's time)."""
+        total, reached = 0.0, float("-inf")
+        for start, end in sorted(self.tool_spans):
+            if end > reached:
+                total += end - max(start, reached)
+                reached = end
+        return total
+
+    @property
+    def seconds(self) -> float:
+        """The step's time: its model calls' and its tool calls'."""
+        return self.latency + self.tool_time
 
 
 @dataclass
@@ -93,6 +116,7 @@ class Trajectory:
             elif e.type == "tool_call":
                 view.actions.append({"id": d["id"], "name": d["name"], "arguments": d["arguments"]})
             elif e.type == "tool_result":
+                view.add_tool_result(e.time, d.get("latency"))
                 for a in view.actions:
                     if a["id"] == d["id"]:
                         a.update(
@@ -124,6 +148,8 @@ class Trajectory:
                             )
             elif e.type == "error":
                 view.errors.append(d.get("message", ""))
+            elif e.type == "egress_refused":
+                view.errors.append(f"Network request refused: {d.get('reason', '')}")
             elif e.type == "memory_written":
                 memory.append(d)
         children = [
@@ -150,6 +176,12 @@ class Trajectory:
             fork_step=row.get("fork_step"),
             folder=str(workspace.path / "runs" / row["id"]),
         )
+
+    @property
+    def fork_unit(self) -> str | None:
+        """What forking this run replays: ``"steps"`` (an agent-loop run), ``"messages"`` (a CORAL team),
+        or None when it cannot be forked (ToolSelf, workflow agents, a team member): see :func:`fork_unit`."""
+        return fork_unit(self.events)
 
     @property
     def prompt_tokens(self) -> int:
@@ -253,6 +285,23 @@ class Trajectory:
         from tea_notebook.runtime.render import payload
 
         return payload(self)
+
+
+def fork_unit(events: list[Event]) -> str | None:
+    """What ``ws.fork`` replays of the run whose own events are ``events``: ``"steps"``, ``"messages"``,
+    or None when it cannot be forked. The run says so in its ``run_started`` event; runs stored before
+    it did are told apart by what their start recorded (the agent loop's ``native_tools``, CORAL's
+    ``coral``) and by ToolSelf's stage events. The Fork buttons and ``ws.fork`` both ask this."""
+    started = next((e.data for e in events if e.type == "run_started"), None)
+    if started is None:
+        return None
+    if "fork_unit" in started:
+        return started["fork_unit"] or None
+    if started.get("coral"):
+        return "messages"
+    if "native_tools" in started and not any(e.type == "stage" for e in events):
+        return "steps"
+    return None
 
 
 def _args(args: Any) -> str:

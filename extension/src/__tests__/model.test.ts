@@ -17,7 +17,10 @@ import {
   parsePayload,
   rowAt,
   stageRows,
+  stepForkable,
   stepRows,
+  stepTimes,
+  stepsLabel,
   threadRows,
   toolsOf,
   viewsOf,
@@ -224,7 +227,32 @@ test('generated code is found in arguments and highlighted as tokens', () => {
   assert.equal(cls('# sum'), 'com');
 });
 
+test('Fork buttons only on the steps of a finished run that says its steps fork', () => {
+  assert.equal(stepForkable(parsed(run('agent', [step(1)], [], { forkable: 'steps' })), []), true);
+  assert.equal(stepForkable(parsed(run('agent', [step(1)], [], { forkable: 'steps' })), [0]), false);
+  assert.equal(stepForkable(parsed(run('agent', [step(1)], [], { forkable: 'steps', live: true })), []), false);
+  assert.equal(stepForkable(parsed(run('toolself', [step(1)], [], { forkable: '' })), []), false);
+  assert.equal(stepForkable(parsed(run('coral', [step(1)], [], { forkable: 'messages' })), []), false);
+  assert.equal(stepForkable(parsed(run('older', [step(1)])), []), false);
+});
+
 test('the fork command only takes run ids', () => {
   assert.equal(forkCommand('abc123', 4), '%tea fork abc123 --step 4');
   assert.throws(() => forkCommand('x; import os', 1));
+});
+
+test('tool time from the metadata is attached beside the model time, and shown apart', () => {
+  const r = parsePayload(tree, { latency: { steps: [0.5, 1.25], tools: [2, 0], children: [{ steps: [0.1] }] } });
+  assert.ok(r.ok);
+  const t = r.traj;
+  assert.equal(t.steps[0].tool_time, 2);
+  assert.deepEqual(stepTimes(t.steps[0]), ['model 0.50 s', 'tools 2.00 s']);
+  assert.deepEqual(stepTimes(t.steps[1]), ['model 1.25 s']);
+  assert.equal(t.children[0].steps[0].tool_time, undefined);
+});
+
+test('the header counts a team by its members, not as 0 steps', () => {
+  assert.equal(stepsLabel(3, 3), '3 steps');
+  assert.equal(stepsLabel(2, 7), '2 steps (7 with sub-agents)');
+  assert.equal(stepsLabel(0, 12), '12 steps (by sub-agents)');
 });
