@@ -201,13 +201,19 @@ def interpreter_folders(python: str) -> tuple[str, ...]:
         if done.returncode != 0:
             raise ValueError(f"the interpreter {python} does not run: {done.stderr.strip()[-300:]}")
         prefixes = done.stdout.split("\n")
+    return folders_to_bind(python, prefixes, "Use a virtual environment or an installed Python.")
+
+
+def folders_to_bind(python: str, prefixes: list[str], advice: str) -> tuple[str, ...]:
+    """The interpreter's ``prefixes`` that lie outside ``/usr`` and each other, shortest first; a
+    prefix that holds the home folder is a :class:`ValueError` (binding it would show all of it)."""
     home = os.path.realpath(os.path.expanduser("~"))
     out: list[str] = []
     for folder in sorted({os.path.realpath(f) for f in prefixes if f.strip()}, key=len):
         if folder == "/" or home == folder or home.startswith(folder + os.sep):
             raise ValueError(
                 f"the interpreter {python} has its prefix at {folder}, which holds the home folder {home}: the "
-                "sandbox would see all of it. Use a virtual environment or an installed Python."
+                f"sandbox would see all of it. {advice}"
             )
         if not any(folder == o or folder.startswith(o + os.sep) for o in [*out, "/usr"]):
             out.append(folder)

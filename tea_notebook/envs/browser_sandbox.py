@@ -220,17 +220,11 @@ def _base_python() -> tuple[str, tuple[str, ...]]:
     virtual environment, ``-I -S``: the standard library only) and its folders outside ``/usr``;
     a prefix that holds the home folder is refused (binding it would show the browser all of it)."""
     python = os.path.realpath(sys.executable)
-    home = os.path.realpath(os.path.expanduser("~"))
-    out: list[str] = []
-    for folder in sorted({os.path.realpath(sys.base_prefix), os.path.realpath(sys.base_exec_prefix)}, key=len):
-        if folder == "/" or home == folder or home.startswith(folder + os.sep):
-            raise RuntimeError(
-                f"the interpreter {python} has its prefix at {folder}, which holds the home folder {home}: the "
-                "browser's sandbox would see all of it. Use an installed Python."
-            )
-        if not any(folder == o or folder.startswith(o + os.sep) for o in [*out, "/usr"]):
-            out.append(folder)
-    return python, tuple(out)
+    try:
+        folders = boundary.folders_to_bind(python, [sys.base_prefix, sys.base_exec_prefix], "Use an installed Python.")
+    except ValueError as exc:
+        raise RuntimeError(str(exc)) from None
+    return python, folders
 
 
 def _write_launcher(tool: str, folder: Path, chromium: str, socket_path: str) -> tuple[Path, bool]:
