@@ -522,7 +522,9 @@ class PythonSandbox(Environment):
         """Run one request; restarts a dead or killed child first (saying so). Network requests the
         egress policy refused meanwhile are listed in the result's notes."""
         result = self._request(op, timeout, **fields)
-        refusals, self._refusals = self._refusals, []
+        refusals = []
+        while self._refusals:  # the proxy's thread appends meanwhile: take them one at a time
+            refusals.append(self._refusals.pop(0))
         told = list(dict.fromkeys(refusals))
         for reason in told[:MAX_REFUSALS_TOLD]:
             result.notes.append(f"Network request refused: {reason}")
