@@ -2,7 +2,7 @@
 named score (1.0 / 0.0, or a number) beside the answer's ``correct``:
 
     evaluate(ws, agent, tasks, checks=[tool_called("search"), max_steps(5), no_tool_errors(),
-                                        cost_under(0.05), Rubric("openai/gpt-4o-mini", "Cites a source")])
+                                        cost_under(0.05), Rubric(JUDGE_MODEL, "Cites a source")])
 
 They read the stored trajectory (sub-agent runs included). A function ``f(trajectory) -> bool |
 float`` (sync or async) is a check too, named after the function. A sample without a run (its

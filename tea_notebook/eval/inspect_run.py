@@ -9,8 +9,8 @@ How Inspect's model maps to ours (``model=``):
 * ``"agent"`` (default): our agent runs with its own model (its card's, or the workspace default);
   Inspect's model is not called. The model that ran is in each sample's transcript (an ``info`` event
   ``tea`` with the run id, model, status, steps, tokens and cost) and in the sample's store.
-* ``"inspect"``: Inspect's active model name is used as the litellm name (``openai/gpt-4o``,
-  ``anthropic/claude-…``, ``ollama/…`` are spelled the same in both); Inspect's offline ``mockllm``
+* ``"inspect"``: Inspect's active model name is used as the litellm name (``provider/model``
+  is spelled the same in both); Inspect's offline ``mockllm``
   has no counterpart here and is refused with a clear error.
 * any other string: that model.
 

@@ -2,10 +2,10 @@
 comparison table of means and 95% intervals, a paired bootstrap test of two configurations on the
 same tasks, per-task agreement, and a plot with error bars.
 
-    s = eval_set(ws, "gaia-small", agents=["solver", "orchestra"], models=["openai/gpt-4o-mini", None],
+    s = eval_set(ws, "gaia-small", agents=["solver", "orchestra"], models=[MODEL, None],
                  tasks=["gaia/validation"], epochs=5, seed=0)
     s                                   # the table: accuracy 0.63 ± 0.04 (95% CI …) per configuration
-    s.compare("solver@gpt-4o-mini", "orchestra@gpt-4o-mini")   # A − B, its interval and p-value
+    s.compare("solver@MODEL", "orchestra@MODEL")   # A − B, its interval and p-value
 
 Each configuration is an evaluation of its own, named ``SET:LABEL`` (resumable on its own, listed
 by ``ws.evaluations()``); running the set again runs only the samples that are missing. Two
