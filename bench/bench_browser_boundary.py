@@ -143,7 +143,7 @@ def render(r: dict[str, Any]) -> str:
     verdict = "within" if added["confined"] <= NAVIGATION_TARGET else "OVER"
     return f"""## Browser boundary
 
-`bench/bench_browser_boundary.py` on {machine()}. Three sessions of the same `Browser` code, driven in
+Command: `.venv/bin/python bench/bench_browser_boundary.py {r['args']}` — machine: {machine()}; run {time.strftime('%Y-%m-%d')}. Three sessions of the same `Browser` code, driven in
 one loop with their rounds interleaved: **direct** (Chromium on the host, no proxy: the browser before
 issue 19), **proxy** (the fallback: on the host, through the egress proxy) and **confined** (the default:
 inside bubblewrap, its only network the bridge to the proxy). `goto` of a local page (allowed by the
@@ -180,6 +180,7 @@ def main() -> None:
         return
     reps, cold = (6, 2) if args.quick else (args.reps, args.cold)
     results = asyncio.run(run(reps, cold))
+    results["args"] = " ".join(sys.argv[1:])
     publish(render(results), args.write and not args.quick)
 
 

@@ -319,10 +319,10 @@ Command: `.venv/bin/python bench/bench_envs.py --write` — machine: {results["m
 {table}
 
 **Sandbox.** `PythonSandbox(folder, timeout=30)` with its default limits ({rt["boundary"]}). Round trips: {rt["direct"]["n"]} calls of `1+1` in one warm session after a warm-up, each checked
-for its value; `request` is the sandbox's own synchronous call (a JSON line to the supervisor, which
-passes it to the worker; the worker redirects stdout/stderr to files, sets the CPU limit and the
-wall-clock timer, runs the code and answers; the supervisor checks the run folder's size and passes
-the answer on); `Environment.call` adds the action layer (the action's time limit and the
+for its value; `request` is the sandbox's own synchronous call (a JSON line straight to the worker,
+its id to the supervisor; the worker redirects stdout/stderr to files, sets the CPU limit and the
+wall-clock timer, runs the code and answers the supervisor, which checks the run folder's size and
+passes the answer on); `Environment.call` adds the action layer (the action's time limit and the
 hop to a worker thread, run here from a caller thread through the background loop:
 +{action_extra:.2f} ms); `ws.envs.invoke` is what agent runs (through their E2T tools) and notebooks
 call: record lookup and schema check, the run context, the session lookup, the hop to the background

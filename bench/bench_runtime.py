@@ -547,7 +547,7 @@ history: {ps["curve"][hi_step]:,} tokens at step {hi_step}.
 """
     return f"""## Agent runtime
 
-Command: `.venv/bin/python bench/bench_runtime.py --write` — machine: {results["machine"]}; {results["versions"]}; run {results["when"]}.
+Command: `{results["command"]}` — machine: {results["machine"]}; {results["versions"]}; run {results["when"]}.
 
 Both agents follow the same scripted trajectory: model call *i* asks for `lookup(key="k<i>")` for
 *i* ≤ N, then call N+1 finishes (`done` for ours, `final_answer` for smolagents), so an N-step run
@@ -609,6 +609,7 @@ def main() -> None:
         "when": time.strftime("%Y-%m-%d"),
         "repeat": args.repeat,
         "steps": args.steps,
+        "command": " ".join([".venv/bin/python", "bench/bench_runtime.py", *sys.argv[1:]]),
     }
     ensure_registered()
     results["overhead"] = bench_overhead(args.steps, args.repeat)

@@ -24,3 +24,20 @@ def lazy_getattr(
         return value
 
     return __getattr__
+
+
+class LazyModule:
+    """A module imported on its first attribute access, which then takes this stand-in's place in
+    ``namespace`` under ``alias`` (so later uses reach the module itself, at no extra cost):
+    ``np = LazyModule("numpy", globals(), "np")`` keeps numpy off a module's import path."""
+
+    def __init__(self, name: str, namespace: dict[str, Any], alias: str):
+        self._name, self._namespace, self._alias = name, namespace, alias
+
+    def __getattr__(self, attr: str) -> Any:
+        module = importlib.import_module(self._name)
+        self._namespace[self._alias] = module
+        return getattr(module, attr)
+
+    def __repr__(self) -> str:
+        return f"<module {self._name!r}, imported on first use>"

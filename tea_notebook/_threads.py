@@ -5,7 +5,6 @@ use :data:`ACTION_THREADS`.
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 import contextvars
 import functools
@@ -146,6 +145,8 @@ async def run_sync_call(
     """``await`` ``fn(*args, **kwargs)`` on :data:`ACTION_THREADS` in ``owner``'s share of at most
     ``limit`` threads, with the caller's context variables. Cancelled (a time limit, a stop) before it
     starts, it never runs."""
+    import asyncio  # (imported here: opening a workspace needs no event loop)
+
     run = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
     future = ACTION_THREADS.submit(owner, limit, label, run)
     try:

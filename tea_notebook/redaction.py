@@ -225,7 +225,9 @@ def _walk(value: Any, known: re.Pattern[str] | None, labels: dict[str, str], key
         return value
     if depth >= _MAX_DEPTH:
         return "[nested too deep]"
-    if isinstance(value, Mapping):
+    if type(value) is list:  # the common case first: an ABC check (Mapping) costs more than the walk
+        return [_walk(item, known, labels, keys, depth + 1) for item in value]
+    if isinstance(value, dict) or isinstance(value, Mapping):
         out: dict[str, Any] = {}
         for key, item in value.items():
             name = _text(key if isinstance(key, str) else str(key), known, labels, False)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from tea_notebook.envs import BUILTIN as BUILTIN_ENVIRONMENTS
 from tea_notebook.envs.sessions import SessionManager
-from tea_notebook.errors import TeaError, WorkspaceError, WorkspaceSettingChanged
+from tea_notebook.errors import WorkspaceError, WorkspaceSettingChanged
 from tea_notebook.models.embedders import Embedder, embedder_spec, resolve_embedder
 from tea_notebook.protocol.acp import AgentRegistry
 from tea_notebook.protocol.context import Context
@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from tea_notebook.evolve.experience import ExperienceMemory
     from tea_notebook.evolve.toolmaker import ToolMaker
     from tea_notebook.runtime.agent import Agent, RunResult
+    from tea_notebook.runtime.branches import Branches, Comparison
     from tea_notebook.runtime.events import EventLog
     from tea_notebook.runtime.jobs import Jobs
     from tea_notebook.runtime.memory import MemoryStore
@@ -307,65 +308,70 @@ class Workspace:
     async def fork(
         self,
         run_id: str,
-        step: int,
+        step: int | None = None,
         *,
+        edit: Any = None,
+        stage: int | None = None,
+        rerun_from: int | None = None,
         model: str | None = None,
         agent: "Agent | None" = None,
         task: str | None = None,
         context: Context | None = None,
         raise_on_error: bool = True,
     ) -> "RunResult":
-        """Replay the first ``step`` steps of a run from its events, then continue live (the same task,
-        or ``task``; under ``context`` when given, so that its cancel flag stops the new run).
-        For a CORAL run ``step`` counts messages: the new run starts from the first ``step`` messages.
+        """A new run that replays a stored run up to ``step`` and goes on live from there.
 
-        The new run goes on with the model the forked run used (and, for an agent loop, its step limit)
-        unless ``model`` is given: a workspace default changed since does not apply. ToolSelf runs,
-        workflow agents (researcher, analyzer) and CORAL members cannot be forked (TeaError). A new run
-        that ends in ``error`` raises :class:`~tea_notebook.errors.RunFailed` unless ``raise_on_error=False``.
+        ``edit`` changes what happened at ``step`` first: ``{"observation": text, "action": i}`` (what
+        action ``i`` returned; the model sees the new text from the next step on),
+        ``{"actions": [{"name": ..., "arguments": {...}}]}`` (what the model chose at ``step``: run
+        live), ``{"context": messages}`` (the prompt of ``step``, e.g. an edited
+        ``result.context(step).messages``), ``{"message": text}`` (a CORAL run's message ``step``).
+        A sub-agent's run (``run_id`` of a nested run) is forked within its parent: the parent goes on
+        from the step that called it, with the sub-agent's new answer. A ToolSelf run forks at
+        ``stage=K``, with ``edit={"stage": {...}}`` changing that stage's configuration.
+        Stored tool results are replayed; ``rerun_from=K`` runs the tools of steps K.. again live.
+
+        The new run keeps the forked run's model (and step limit) unless ``model`` is given. Nothing
+        is written when the fork cannot be made (:class:`~tea_notebook.runtime.forking.ForkError`
+        names why). A new run that ends in ``error`` raises :class:`~tea_notebook.errors.RunFailed`
+        unless ``raise_on_error=False``.
         """
-        from tea_notebook.agents.kinds import build
-        from tea_notebook.runtime.agent import steps_from_events
-        from tea_notebook.runtime.trajectory import fork_unit
+        from tea_notebook.agents.forks import fork_run
 
-        row = self.db.run_row(run_id)
-        if row is None:
-            raise TeaError(f"no run {run_id!r} to fork")
-        events = self.events.events(row["id"], nested=False)
-        unit = fork_unit(events)
-        if unit is None:
-            raise TeaError(
-                f"run {row['id']} ({row['agent']}) cannot be forked: forking replays an agent loop's steps or a "
-                "CORAL team's messages (not ToolSelf stages, a workflow agent's rounds or a team member's run)"
-            )
-        started = next((e.data for e in events if e.type == "run_started"), {})
-        options: dict[str, Any] = {
-            "model": model or row["model"] or None,  # the run's own model, not today's default
-            "context": context,
-            "raise_on_error": raise_on_error,
-            "_fork": (row["id"], step),
-        }
-        runner = agent or build(self, row["agent"])
-        if unit == "messages":
-            history: list[dict[str, Any]] = []  # threads as they were, and the first `step` messages
-            count = 0
-            for e in events:
-                if e.type == "message" and count < step:
-                    count += 1
-                    history.append({"type": "message", **e.data})
-                elif e.type == "thread" and count < step:
-                    history.append({"type": "thread", **e.data})
-            if count < step:
-                raise TeaError(f"run {row['id']} has only {count} messages; cannot fork from message {step}")
-            return await runner.run(task or row["task"], _replay=history, **options)
-        if not hasattr(runner, "_new_run"):
-            raise TeaError(f"run {row['id']} cannot be forked: its agent {row['agent']!r} is no agent loop now")
-        replay = steps_from_events(events, step)
-        if len(replay) < step:
-            raise TeaError(f"run {row['id']} has only {len(replay)} steps; cannot fork from step {step}")
-        if started.get("max_steps"):
-            options["max_steps"] = started["max_steps"]
-        return await runner.run(task or row["task"], _replay=replay, **options)
+        return await fork_run(
+            self,
+            run_id,
+            step,
+            edit=edit,
+            stage=stage,
+            rerun_from=rerun_from,
+            model=model,
+            agent=agent,
+            task=task,
+            context=context,
+            raise_on_error=raise_on_error,
+        )
+
+    async def resume(self, run_id: str, *, context: Context | None = None, raise_on_error: bool = True) -> "RunResult":
+        """Continue an ``interrupted`` run (stopped, or its kernel died) or one that ended in ``error``
+        from its last finished step, with its recorded model and settings, as a new run linked to it.
+        The step it was in is taken up again: the model is not asked again and tool calls that had
+        returned are not run again."""
+        from tea_notebook.agents.forks import resume_run
+
+        return await resume_run(self, run_id, context=context, raise_on_error=raise_on_error)
+
+    def branches(self, run_id: str) -> "Branches":
+        """The family of a run: the run it was first forked from, and every fork and resume of it, as a tree."""
+        from tea_notebook.runtime.branches import Branches
+
+        return Branches.load(self, run_id)
+
+    def compare(self, a: str, b: str) -> "Comparison":
+        """Two runs side by side: where they diverge, their answers, status, steps, tokens and cost."""
+        from tea_notebook.runtime.branches import Comparison
+
+        return Comparison.load(self, a, b)
 
     def context(self, name: str | None = None) -> Context:
         """A new run context for bind / route / invoke (``with ws.context() as ctx:``)."""

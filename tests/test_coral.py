@@ -851,6 +851,37 @@ def test_fork_replays_the_first_messages_then_continues_live(ws):
         run_sync(ws.fork(first.run_id, step=9))
 
 
+def test_a_fork_from_an_edited_message_continues_the_team_from_it(ws):
+    paper = paper_team(ws)
+    first = paper.team.run_sync(TASK)
+    original = first.trajectory.messages
+    runs, events = len(ws.db.runs(10_000, parent_id=None)), len(ws.events.events(first.run_id))
+    with pytest.raises(tea_notebook.errors.TeaError, match="the edit is {'message': text}"):
+        run_sync(ws.fork(first.run_id, step=4, edit={"observation": "x"}))
+    with pytest.raises(tea_notebook.errors.TeaError, match="must be text"):
+        run_sync(ws.fork(first.run_id, step=4, edit={"message": ["not", "text"]}))
+    assert len(ws.db.runs(10_000, parent_id=None)) == runs  # nothing written by a refused fork
+    assert len(ws.events.events(first.run_id)) == events
+
+    edited = original[3]["content"] + " (EDITED: answer in capitals)"
+    forked = run_sync(ws.fork(first.run_id, step=4, edit={"message": edited}))
+    assert forked.status == "success"
+    messages = forked.trajectory.messages
+    assert messages[3]["content"] == edited and messages[3]["replayed"]
+    assert [m["content"] for m in messages[:3]] == [m["content"] for m in original[:3]]
+    assert forked.trajectory.edit == {
+        "kind": "message",
+        "step": 4,
+        "sender": original[3]["sender"],
+        "before": original[3]["content"],
+        "after": edited,
+    }
+    # the member the edited message mentions read the edited text, not the original
+    reader = original[3]["mentions"][0]
+    seen = [o for o in observations(forked.trajectory, reader, "wait_for_mentions") if "EDITED" in o]
+    assert seen, f"{reader} never saw the edited message"
+
+
 def test_a_fork_keeps_who_is_in_a_thread(ws):
     register_tools(ws)
     orchestrator = Script(

@@ -93,6 +93,29 @@ assert nb_ws.tools.invoke("convert_temperature", {"value": 30}).value == 86.0
 other.close()
 """,
     ],
+    "guide/time-travel.md": [
+        """
+assert (result.answer, result.steps) == ("28 tins", 4)
+assert forked.answer == "73 tins" and forked.trajectory.edit["before"] == "5 tins of oolong tea"
+assert [s.replayed for s in forked.trajectory.steps] == [True, True, True, False]
+assert "50 tins of oolong" in forked.context(4).text() and "5 tins of oolong" not in json.dumps(forked.context(4).messages)
+assert (detour.answer, detour.trajectory.steps[2].note) == ("28 tins", "actions edited")
+assert hinted.answer == "38 tins" and hinted.context(4).messages == messages
+assert recounted.answer == "31 tins" and [s.note for s in recounted.trajectory.steps][1:3] == ["re-executed live"] * 2
+assert recount.answer == "Stock report: 19 tins" and recount.trajectory.edit["kind"] == "sub_agent"
+assert [c.agent for c in recount.trajectory.children] == ["stocktaker"]
+assert (answer.answer, asked_again.answer) == ("14 tins of green tea", "5 tins of oolong tea")
+assert asked_again.trajectory.messages[0]["content"] == "How many tins of oolong tea are in stock?"
+assert [s["sub_goal"] for s in first.trajectory.stages] == ["count the green tins", "count the oolong tins"]
+assert other.answer == "9 tins of black tea" and other.trajectory.stages[0]["sub_goal"] == "count the black tins"
+assert (failed.status, resumed.status) == ("error", "success")
+assert ORDER_BOOK == [("black", 20), ("oolong", 20)]  # the resume placed no order twice
+assert ws.branches(failed.run_id).get(resumed.run_id).how == "resumed"
+assert comparison.diverges_at == 3 and comparison.summary()["answer"] == ("28 tins", "73 tins")
+assert {b.run_id for b in family} >= {result.run_id, forked.run_id, detour.run_id, hinted.run_id}
+assert len(ws.runs(1000)) == runs_before  # the refused forks wrote nothing
+""",
+    ],
     "guide/evaluation.md": [
         """
 headline = results.headline()

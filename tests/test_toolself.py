@@ -439,15 +439,57 @@ def test_three_malformed_outputs_in_a_row_end_the_run_with_error_and_keep_the_st
     assert len(traj.stages) == 1
 
 
-def test_a_toolself_run_offers_no_fork_and_refuses_one_clearly(ws, pool):
+def test_a_toolself_run_forks_by_stage_and_refuses_a_step_clearly(ws, pool):
     from tea_notebook.runtime.render import payload
 
     script = Script([config("find green", ["lookup"])], [call("lookup", key="green"), finish("6")])
     result = make(ws, script).run_sync(TASK)
     assert result.success and result.steps == 2
-    assert payload(result.trajectory)["forkable"] == ""  # the renderer draws no Fork button on its steps
-    with pytest.raises(TeaError, match="cannot be forked: forking replays an agent loop's steps"):
+    assert payload(result.trajectory)["forkable"] == "stages"  # Fork buttons on stages, not on steps
+    with pytest.raises(TeaError, match="a ToolSelf run is forked at a stage"):
         tea_notebook._sync.run_sync(ws.fork(result.run_id, 1))
+
+
+def test_a_fork_from_a_stage_starts_it_as_recorded_or_edited(ws, pool):
+    engine = [config("find green", ["lookup"]), config("multiply", ["mul"])]
+    agent = [
+        call("lookup", key="green"),
+        reconfigure("SUMMARY green is 6", "multiply"),
+        call("mul", a=6, b=7),
+        finish(),
+    ]
+    script = Script(engine, agent)
+    first = make(ws, script).run_sync(TASK)
+    assert first.success and len(first.trajectory.stages) == 2
+    runs = len(ws.db.runs(10_000, parent_id=None))
+    for bad, message in (
+        ({"stage": {"colour": "red"}}, "not colour"),
+        ({"observation": "x"}, "edits its configuration"),
+    ):
+        with pytest.raises(TeaError, match=message):
+            tea_notebook._sync.run_sync(ws.fork(first.run_id, stage=2, edit=bad))
+    with pytest.raises(TeaError, match="stages 1 to 2; there is no stage 3"):
+        tea_notebook._sync.run_sync(ws.fork(first.run_id, stage=3))
+    assert len(ws.db.runs(10_000, parent_id=None)) == runs
+
+    # stage 2 again with its toolbox edited: no call to the engine, the stage's agent sees the edit
+    again = Script([], [call("add", a=6, b=7), finish("13")])
+    edit = {"stage": {"sub_goal": "add the two numbers", "toolbox": ["add"]}}
+    forked = tea_notebook._sync.run_sync(ws.fork(first.run_id, stage=2, edit=edit, model=again.name))
+    assert forked.success and forked.answer == "13"
+    assert again.engine_prompts == []  # the stage's configuration came from the fork
+    assert again.agent_tools[0] == ["add", "finish", "reconfigure"]
+    prompt = again.agent_text(0)
+    assert "add the two numbers" in prompt and "OBS-green-MARK" not in prompt  # a stage starts afresh
+    stages = forked.trajectory.stages
+    assert [s["index"] for s in stages] == [2] and stages[0]["toolbox"] == ["add"]
+    assert stages[0]["edited"]["before"] == {"sub_goal": "multiply", "toolbox": ["mul"]}
+    steps = forked.trajectory.steps
+    assert steps[0].replayed and steps[1].replayed and not steps[2].replayed  # stage 1's steps replayed
+    # the pool of earlier stages is what the engine sees at the next reconfiguration
+    onward = Script([config("multiply", ["mul"])], [reconfigure("added", "multiply"), call("mul", a=6, b=7), finish()])
+    tea_notebook._sync.run_sync(ws.fork(first.run_id, stage=2, model=onward.name))
+    assert "SUMMARY green is 6" in "\n".join(m["content"] for m in onward.engine_prompts[0])
 
 
 def test_a_good_step_between_malformed_ones_resets_the_count(ws, pool):

@@ -98,6 +98,27 @@ def test_the_evaluation_tutorial_says_its_models_are_scripted_and_resumes():
     assert "stopped by the user" in outputs and "evaluation stand-in: 30/30 done" in outputs
 
 
+def test_the_time_travel_tutorial_shows_a_context_forks_and_a_resume():
+    path = ROOT / "notebooks" / "08_time_travel.ipynb"
+    assert path in NOTEBOOKS
+    cells = _code_cells(path)
+    sources = "\n".join(c.source for c in cells)
+    for call in (
+        "result.context(3)",
+        "await ws.fork(result.run_id, 3, edit=",
+        "await ws.fork(sub.run_id",
+        "await ws.resume(",
+        "ws.branches(",
+        "ws.compare(",
+    ):
+        assert call in sources, call
+    outputs = "".join(str(out.get("data", {})) + out.get("text", "") for c in cells for out in c.outputs)
+    assert "tea/script:stocktaker (scripted, not an LLM)" in outputs
+    assert "73 tins (green 14, black 9, oolong 50)" in outputs  # the edited fork's answer
+    assert "Stock report: 19 tins (green 14, black 0, oolong 5)" in outputs  # the parent of the sub-agent's fork
+    assert "interrupted · stopped by the user" in outputs and "the model was asked at steps [1, 2, 3]" in outputs
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["--nbval", "--nbval-lax"])
 def test_notebooks_pass_nbval(mode, tmp_path):

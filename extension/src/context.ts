@@ -58,3 +58,27 @@ export function panelFor(node: HTMLElement): NotebookPanel | null {
 export function kernelFor(node: HTMLElement): Kernel.IKernelConnection | null {
   return panelFor(node)?.sessionContext.session?.kernel ?? null;
 }
+
+/**
+ * Put a code cell holding `source` below the cell whose output holds `node`, make it the active
+ * cell and, with `run`, run it (as a person would: the notebook's run-cell command). False when
+ * `node` is not in a notebook's output.
+ */
+export async function insertCellBelow(node: HTMLElement, source: string, run: boolean): Promise<boolean> {
+  const panel = panelFor(node);
+  const notebook = panel?.content;
+  if (!panel || !notebook?.model) {
+    return false;
+  }
+  const index = notebook.widgets.findIndex(cell => cell.node.contains(node));
+  if (index < 0) {
+    return false;
+  }
+  notebook.model.sharedModel.insertCell(index + 1, { cell_type: 'code', source });
+  notebook.activeCellIndex = index + 1;
+  if (run && app) {
+    app.shell.activateById(panel.id);
+    await app.commands.execute('notebook:run-cell');
+  }
+  return true;
+}

@@ -9,8 +9,12 @@ import { IRenderMime } from '@jupyterlab/rendermime-interfaces';
 import { Widget } from '@lumino/widgets';
 
 import { kernelFor, openPath, panelFor, serverPath } from './context';
+import { LiveState, wholePayload } from './live';
 import { IRunMeta, MIME_TYPE, forkCommand } from './model';
 import { IViewHost, TrajectoryView } from './view';
+
+/** The kernel's comm target for the sidebar (tea_notebook.notebook.sidebar_comm); it also serves stored trajectories. */
+const SIDEBAR_COMM = 'tea_notebook.sidebar';
 
 export class TrajectoryRenderer extends Widget implements IRenderMime.IRenderer {
   constructor(options: IRenderMime.IRendererOptions) {
@@ -43,8 +47,31 @@ export class TrajectoryRenderer extends Widget implements IRenderMime.IRenderer 
   renderModel(model: IRenderMime.IMimeModel): Promise<void> {
     const meta = ((model.metadata ?? {})[this.mimeType] ?? {}) as IRunMeta;
     this.meta = meta;
-    this.view.update(model.data[this.mimeType], meta);
+    this.model = model;
+    // a live update may carry only what changed: merged into what this page holds of the run
+    this.view.show(this.live.apply(model.data[this.mimeType], meta), meta);
     return Promise.resolve();
+  }
+
+  /**
+   * The notebook is being saved: if this output holds a partial live update, put the merged
+   * trajectory in its place (whole, with its timings), so the saved notebook has the run so far.
+   * The save serialises the notebook right after it says it started, in the same turn.
+   */
+  private onSave(_: unknown, state: string): void {
+    const traj = this.live.traj;
+    const model = this.model;
+    const data = model?.data[this.mimeType] as { partial?: boolean } | undefined;
+    if (state !== 'started' || !traj || !model || !data || data.partial !== true) {
+      return;
+    }
+    const whole = wholePayload(traj);
+    const meta: Record<string, unknown> = { ...this.meta, latency: whole.latency };
+    delete meta.base;
+    model.setData({
+      data: { ...model.data, [this.mimeType]: whole.data } as IRenderMime.IMimeModel['data'],
+      metadata: { ...model.metadata, [this.mimeType]: meta } as IRenderMime.IMimeModel['metadata']
+    });
   }
 
   protected onAfterAttach(): void {
@@ -53,21 +80,72 @@ export class TrajectoryRenderer extends Widget implements IRenderMime.IRenderer 
     const panel = panelFor(this.node);
     if (panel && panel !== this.panel) {
       this.panel?.sessionContext.statusChanged.disconnect(this.onStatus, this);
+      this.panel?.context.saveState.disconnect(this.onSave, this);
       this.panel = panel;
       panel.sessionContext.statusChanged.connect(this.onStatus, this);
+      panel.context.saveState.connect(this.onSave, this);
     }
     this.view.refreshHeader();
     this.view.relayout();
+    this.catchUp();
   }
 
   dispose(): void {
     this.panel?.sessionContext.statusChanged.disconnect(this.onStatus, this);
+    this.panel?.context.saveState.disconnect(this.onSave, this);
     this.view.dispose();
     super.dispose();
   }
 
   private onStatus(): void {
     this.view.refreshHeader();
+    this.catchUp();
+  }
+
+  /**
+   * A live view restored from a notebook saved mid-run (the page was reloaded) gets no more updates:
+   * they go to the page that ran the cell. Once the kernel that runs it is idle, the run has ended:
+   * ask that kernel (the sidebar's comm target) for the stored trajectory and put it in the output.
+   */
+  private catchUp(): void {
+    const run = this.meta.run_id;
+    const kernel = kernelFor(this.node);
+    const model = this.model;
+    if (
+      this.caughtUp ||
+      !run ||
+      !model ||
+      !this.live.traj?.live ||
+      !kernel ||
+      kernel.status !== 'idle' ||
+      kernel.id !== this.meta.kernel
+    ) {
+      return;
+    }
+    this.caughtUp = true;
+    let comm: ReturnType<typeof kernel.createComm>;
+    try {
+      comm = kernel.createComm(SIDEBAR_COMM);
+    } catch {
+      return;
+    }
+    comm.onMsg = msg => {
+      const reply = msg.content.data as Record<string, unknown>;
+      const metadata = (reply.metadata ?? {}) as Record<string, unknown>;
+      if (reply.type === 'trajectory' && reply.run === run && !this.isDisposed) {
+        model.setData({
+          data: { ...model.data, [this.mimeType]: reply.data } as IRenderMime.IMimeModel['data'],
+          metadata: { ...model.metadata, [this.mimeType]: metadata[this.mimeType] } as IRenderMime.IMimeModel['metadata']
+        });
+        void this.renderModel(model);
+      }
+      try {
+        comm.close();
+      } catch {
+        /* the kernel is gone */
+      }
+    };
+    comm.open({ request: 'trajectory', run });
   }
 
   private kernelBusy(): boolean {
@@ -99,6 +177,9 @@ export class TrajectoryRenderer extends Widget implements IRenderMime.IRenderer 
 
   private mimeType: string;
   private meta: IRunMeta = {};
+  private model: IRenderMime.IMimeModel | null = null;
+  private live = new LiveState();
+  private caughtUp = false;
   private panel: ReturnType<typeof panelFor> = null;
   readonly view: TrajectoryView;
 }

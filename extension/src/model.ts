@@ -31,6 +31,10 @@ export interface IStep {
   latency?: number;
   /** seconds of the step's tool calls (wall clock), from the output's metadata */
   tool_time?: number;
+  /** what a fork changed at this step (forks.ts `parseEdit` reads it), or null */
+  edited?: Record<string, unknown> | null;
+  /** how a fork took this step when not from the model ("actions edited", "re-executed live", ...) */
+  note?: string;
 }
 
 export interface IStage {
@@ -87,6 +91,14 @@ export interface ITrajectory {
   forked_from?: string | null;
   /** what `ws.fork` replays of this run: 'steps' (Fork buttons on its steps), 'messages' (CORAL), '' (none) */
   forkable?: string;
+  /** what this run's fork edited (forks.ts `parseEdit` reads it), or null */
+  edit?: Record<string, unknown> | null;
+  /** a live update that carries only what changed (live.ts merges it into what the view holds) */
+  partial?: boolean;
+  /** in a partial update: this sub-run's place among its parent's children */
+  index?: number;
+  /** the view missed a live update: some of the run may be missing until a whole payload comes */
+  incomplete?: boolean;
 }
 
 /** What the output's metadata says about the run (ids and timings are kept out of the payload). */
@@ -98,6 +110,10 @@ export interface IRunMeta {
   kernel?: string | null;
   latency?: ILatencyTree;
   folder?: string | null;
+  /** live updates are numbered: `seq` this one, `base` the one a partial update applies to */
+  live?: boolean;
+  seq?: number;
+  base?: number | null;
 }
 
 export interface ILatencyTree {
@@ -117,6 +133,9 @@ const str = (v: unknown): string =>
 const num = (v: unknown): number =>
   typeof v === 'number' && isFinite(v) ? v : 0;
 const strs = (v: unknown): string[] => (Array.isArray(v) ? v.map(str) : []);
+
+const record = (v: unknown): Record<string, unknown> | null =>
+  v !== null && typeof v === 'object' && !Array.isArray(v) ? (v as Record<string, unknown>) : null;
 
 function fail(msg: string): never {
   throw new Error(msg);
@@ -155,6 +174,8 @@ function parseStep(v: unknown, where: string): IStep {
     prompt_tokens: num(o.prompt_tokens),
     completion_tokens: num(o.completion_tokens),
     cost: num(o.cost),
+    edited: record(o.edited),
+    note: str(o.note),
     actions: list(o.actions, `${where}.actions`).map((a, i) => {
       const ao = obj(a, `${where}.actions[${i}]`);
       return {
@@ -238,7 +259,10 @@ function parseTraj(v: unknown, where: string, depth: number): ITrajectory {
     files: strs(o.files),
     todo: str(o.todo),
     forked_from: o.forked_from ? str(o.forked_from) : null,
-    forkable: str(o.forkable)
+    forkable: str(o.forkable),
+    edit: record(o.edit),
+    partial: o.partial === true,
+    index: typeof o.index === 'number' && o.index >= 0 ? Math.floor(o.index) : undefined
   };
 }
 

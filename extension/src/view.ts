@@ -10,12 +10,14 @@
  */
 
 import { el } from './dom';
+import { editHeader } from './timetravel';
 import { IRowContext, VIEWS, ViewName } from './views';
 import {
   IFilter,
   IRunMeta,
   ITrajectory,
   NO_FILTER,
+  ParseResult,
   Row,
   agentsOf,
   chartBars,
@@ -70,7 +72,11 @@ export class TrajectoryView {
 
   /** Render (or re-render in place, keeping expanded cards, filters and scroll) a payload. */
   update(data: unknown, meta: IRunMeta = {}): void {
-    const parsed = parsePayload(data, meta);
+    this.show(parsePayload(data, meta), meta);
+  }
+
+  /** Render a parsed payload (the mime renderer merges live updates first: see live.ts). */
+  show(parsed: ParseResult, meta: IRunMeta = {}): void {
     this.meta = meta;
     if (!parsed.ok) {
       this.traj = null;
@@ -203,6 +209,16 @@ export class TrajectoryView {
       const link = el('span', 'tea-fork-link', `forked from ${parent}${at}`);
       link.setAttribute('data-tea', 'forked-from');
       h.append(link);
+    }
+    const edit = editHeader(t); // what the fork edited (timetravel.ts)
+    if (edit) {
+      h.append(edit);
+    }
+    if (t.live && t.incomplete) {
+      const note = el('span', 'tea-muted tea-incomplete', 'some steps arrive with the next full update');
+      note.title = 'this view started mid-run or missed an update: the whole run shows when it ends';
+      note.setAttribute('data-tea', 'incomplete');
+      h.append(note);
     }
     if (t.live && this.host.stop && this.host.canStop?.()) {
       const stop = el('button', 'tea-stop-btn', 'Stop');

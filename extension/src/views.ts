@@ -16,7 +16,6 @@ import {
   gist,
   stageRows,
   stepRows,
-  stepForkable,
   stepStatus,
   stepTimes,
   stepTokens,
@@ -24,6 +23,7 @@ import {
   workOf
 } from './model';
 import { el, highlighted } from './dom';
+import { contextPanel, editChips, editedDetail, messageButtons, stageButtons, stepButtons } from './timetravel';
 import type { IViewHost } from './view';
 
 export type ViewName = 'steps' | 'stages' | 'threads';
@@ -127,6 +127,7 @@ function stepCard(row: Extract<Row, { kind: 'step' }>, ctx: IRowContext): HTMLEl
   if (s.replayed) {
     head.append(el('span', 'tea-chip', 'replayed'));
   }
+  head.append(...editChips(s));
   head.append(el('span', 'tea-gist', gist(s.next_goal || s.thinking || s.evaluation, 90)));
   for (const a of s.actions.slice(0, 4)) {
     head.append(el('span', `tea-chip tea-tool${a.ok === false ? ' tea-bad' : ''}`, a.name));
@@ -136,20 +137,15 @@ function stepCard(row: Extract<Row, { kind: 'step' }>, ctx: IRowContext): HTMLEl
   }
   const metrics = [`${fmtTokens(stepTokens(s))} tok`, fmtCost(s.cost), ...stepTimes(s)];
   head.append(el('span', 'tea-metrics tea-muted', metrics.join(' · ')));
-  if (ctx.host.fork && stepForkable(ctx.traj, row.path)) {
-    const fork = el('button', 'tea-fork-btn', 'Fork');
-    fork.title = `insert "%tea fork … --step ${s.number}" below this cell and run it`;
-    fork.setAttribute('data-tea', 'fork');
-    fork.addEventListener('click', ev => {
-      ev.stopPropagation();
-      void ctx.host.fork!(s.number);
-    });
-    head.append(fork);
-  }
+  head.append(...stepButtons(row, ctx)); // Fork, edit and fork, context (timetravel.ts)
   head.addEventListener('click', () => ctx.toggle(row.key, ctx.expanded));
   card.append(head);
   if (open) {
     card.append(stepBody(row, ctx));
+  }
+  const context = contextPanel(row, ctx);
+  if (context) {
+    card.append(context);
   }
   return card;
 }
@@ -157,6 +153,10 @@ function stepCard(row: Extract<Row, { kind: 'step' }>, ctx: IRowContext): HTMLEl
 function stepBody(row: Extract<Row, { kind: 'step' }>, ctx: IRowContext): HTMLElement {
   const s = row.step;
   const body = el('div', 'tea-step-body');
+  const edited = editedDetail(s);
+  if (edited) {
+    body.append(edited);
+  }
   for (const [label, value] of [
     ['thinking', s.thinking],
     ['evaluation', s.evaluation],
@@ -227,7 +227,8 @@ function stageHeader(row: Extract<Row, { kind: 'stage' }>, ctx: IRowContext): HT
     el('span', 'tea-caret', folded ? '▸' : '▾'),
     el('b', '', `stage ${st.index}`),
     el('span', 'tea-gist', st.sub_goal),
-    el('span', 'tea-muted', `${row.count} steps`)
+    el('span', 'tea-muted', `${row.count} steps`),
+    ...stageButtons(st, ctx)
   );
   head.addEventListener('click', () => ctx.toggle(row.key, ctx.collapsed));
   const tools = el('div', 'tea-toolbox');
@@ -281,7 +282,8 @@ function messageCard(row: Extract<Row, { kind: 'message' }>, ctx: IRowContext): 
   const head = el('div', 'tea-msg-head');
   head.append(
     el('b', '', m.sender),
-    el('span', 'tea-muted', ` → ${m.mentions.map(x => `@${x}`).join(', ')}`)
+    el('span', 'tea-muted', ` → ${m.mentions.map(x => `@${x}`).join(', ')}`),
+    ...messageButtons(m, ctx)
   );
   card.append(head, el('div', 'tea-msg-text', m.content));
   const work = workOf(ctx.traj, m);

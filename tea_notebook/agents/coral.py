@@ -324,6 +324,7 @@ class CoralTeam(Runnable):
         grants: list[str] | tuple[str, ...] = (),
         _replay: list[dict[str, Any]] | None = None,  # thread and message events of a forked run
         _fork: tuple[str, int] | None = None,
+        _edit: dict[str, Any] | None = None,  # what a fork changed (the last replayed message)
     ) -> RunResult:
         """Run the team on ``task``: its :class:`RunResult` (see ``status``); a run that ends in ``error``
         raises :class:`~tea_notebook.errors.RunFailed` unless ``raise_on_error=False``."""
@@ -342,6 +343,7 @@ class CoralTeam(Runnable):
             members=self.member_names(),
             budget_seconds=self.budget_seconds,
             max_messages=self.max_messages,
+            **({"edit": _edit} if _edit else {}),
         )
         session = A2ASession(
             log,

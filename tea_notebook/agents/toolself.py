@@ -341,7 +341,7 @@ class _StageRun(_Run):
     """One ToolSelf run: the agent loop with stage-local history and the two management tools."""
 
     agent: ToolSelfAgent
-    fork_unit = None  # a stage's configuration is not rebuilt from replayed steps
+    fork_unit = "stages"  # forked at the start of a stage (ws.fork(run, stage=K)), not at any step
 
     def __init__(self, agent: ToolSelfAgent, *args: Any):
         super().__init__(agent, *args)
@@ -491,6 +491,13 @@ class _StageRun(_Run):
         )
 
     async def _before_step(self, step: int) -> tuple[str, str] | None:
+        if self.stage is None and self.plan.stage is not None:  # a fork: the stage starts as recorded (or edited)
+            fork = self.plan.stage
+            self.history = [(str(g), str(s)) for g, s in fork["pool"]]
+            self.reconfigurations = fork["index"] - 1
+            why = f"forked from stage {fork['index']} of run {self.plan.source}"
+            self._begin_stage(dict(fork["config"]), step, reason=why, edited=fork.get("record"))
+            return None
         if self.stage is None:
             checked, _ = await self._configure("NONE", "NONE", step)
             engine = self._engine_record(checked, "NONE", "NONE")
@@ -548,6 +555,7 @@ class _StageRun(_Run):
         self._next = {
             "stage": stage,
             "first_step": first_step,
+            "pool_entry": [self.stage["sub_goal"], summary],  # what a fork from this stage restores
             "reason": request.get("update_reason", ""),
             "update_content": update_content,
             "proposed_sub_goal": request.get("new_sub_goal", ""),

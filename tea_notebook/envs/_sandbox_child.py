@@ -2,14 +2,17 @@
 
 Two processes: the **supervisor** owns the control channel to the host (the original stdin and
 stdout) and never runs user code; the **worker**, forked from it before anything else happens, runs
-the requests. The worker holds only its own pipe pair to the supervisor, so user code cannot write
-onto the control channel: the supervisor forwards exactly one well-formed answer per request the
-host sent, drops everything else the worker writes, and reports the worker's death itself. The
+the requests. The worker reads its requests from a pipe only the host writes to (the read end is
+all the sandbox gets of it) and writes its answers to the supervisor; it holds nothing of the
+control channel, so user code cannot write onto it: the supervisor forwards exactly one well-formed
+answer per request the host said it sent (an ``expect`` line on the control channel, written before
+the request), drops everything else the worker writes, and reports the worker's death itself. The
 supervisor is not dumpable, so the worker (same uid) cannot read or write its memory either.
 
-Worker protocol: one JSON object per line. A reader thread takes requests; the main thread runs
-them, so an ``interrupt`` request can stop running code. Limits (rlimits, an interval timer for
-wall-clock time, dropped privileges in the fallback) are applied before any user code runs.
+Worker protocol: one JSON object per line. The main thread reads the requests and runs them; the
+supervisor passes ``interrupt`` requests on a second pipe, read by a thread of the worker, so they
+can stop running code. Limits (rlimits, an interval timer for wall-clock time, dropped privileges
+in the fallback) are applied before any user code runs.
 """
 
 import ast
@@ -19,9 +22,10 @@ import json
 import linecache
 import mmap
 import os
-import queue
 import resource
+import select
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -55,6 +59,27 @@ def _on_alarm(signum, frame):
 def _on_xcpu(signum, frame):
     if ARMED:
         raise LimitHit("cpu", "the CPU-time limit was reached")
+
+
+def _on_interrupt(signum, frame):
+    """SIGINT, sent by the interrupt thread: stops user code, and nothing else (ignored between calls)."""
+    if ARMED:
+        raise KeyboardInterrupt
+
+
+try:  # the C function: signal.getsignal's enum conversion costs microseconds on every call
+    from _signal import getsignal as _handler_of
+except ImportError:  # an interpreter without it
+    _handler_of = signal.getsignal
+
+
+def _own_sigint():
+    """Put :func:`_on_interrupt` back when user code installed a SIGINT handler of its own."""
+    if _handler_of(signal.SIGINT) is not _on_interrupt:
+        signal.signal(signal.SIGINT, _on_interrupt)
+
+
+_ENCODE = json.JSONEncoder(default=repr).encode  # what json.dumps(payload, default=repr) builds per call
 
 
 def _set_limits(cfg):
@@ -177,12 +202,12 @@ def _cpu_used():
 class Child:
     """The request loop."""
 
-    def __init__(self, cfg, ctrl_in, ctrl_out):
+    def __init__(self, cfg, ctrl_in, ctrl_out, interrupts=None):
         self.cfg = cfg
         self.ctrl_in = ctrl_in
         self.ctrl_out = ctrl_out
+        self.interrupts = interrupts
         self.namespace = {"__name__": "__main__", "__builtins__": __builtins__}
-        self.requests = queue.Queue()
         self.busy = threading.Event()
         self.current = None  # the id of the request running now
         self.started = 0  # the highest request id that has started
@@ -193,16 +218,14 @@ class Child:
         self.tools = {}  # generated tools loaded in this session: source hash -> module namespace
         self.iodir = tempfile.mkdtemp(prefix=".io-", dir=cfg["iodir"])
 
-    # -- the reader thread -----------------------------------------------------------------
-    def read_requests(self):
-        for line in self.ctrl_in:
+    # -- the interrupt thread --------------------------------------------------------------
+    def read_interrupts(self):
+        """Interrupts come on a channel of their own, read by this thread while the main thread runs
+        code (the main thread reads the requests itself: no hand-over between threads per call)."""
+        for line in self.interrupts:
             request = _message(line)
-            if request is None:
-                continue
-            if request.get("op") == "interrupt":
+            if request is not None and request.get("op") == "interrupt":
                 self.interrupt(request.get("id"))
-                continue
-            self.requests.put(request)
         os._exit(0)  # the parent went away: nothing may outlive it, even code still running
 
     def interrupt(self, rid):
@@ -219,20 +242,25 @@ class Child:
         if os.getpid() != MAIN_PID:  # a forked copy of user code must never speak
             os._exit(0)
         # a leading newline too: a partial line user code left on the pipe cannot swallow the answer
-        self.ctrl_out.write("\n" + json.dumps(payload, default=repr) + "\n")
+        self.ctrl_out.write("\n" + _ENCODE(payload) + "\n")
         self.ctrl_out.flush()
 
     def serve(self):
-        threading.Thread(target=self.read_requests, name="tea-sandbox-reader", daemon=True).start()
+        """Answer requests one after the other until the supervisor goes away."""
+        if self.interrupts is not None:
+            threading.Thread(target=self.read_interrupts, name="tea-sandbox-interrupts", daemon=True).start()
         self.answer({"ready": True, "pid": os.getpid(), "uid": os.getuid(), "python": sys.version.split()[0]})
-        while True:
-            request = self.requests.get()
+        for line in self.ctrl_in:
+            request = _message(line)
+            if request is None:
+                continue
             try:
                 payload = self.run(request)
             except BaseException as exc:  # noqa: BLE001 - the loop itself must survive
                 payload = {"error": {"type": type(exc).__name__, "message": str(exc), "traceback": ""}}
             payload["id"] = request.get("id")
             self.answer(payload)
+        os._exit(0)  # the parent went away
 
     # -- running one request -----------------------------------------------------------------
     def run(self, request):
@@ -248,28 +276,24 @@ class Child:
             return {"error": {"type": "ValueError", "message": "unknown op %r" % op, "traceback": ""}}
         timeout = float(request.get("timeout") or self.cfg["timeout"])
         cpu = float(request.get("cpu") or self.cfg.get("cpu_seconds") or timeout)
-        out_path = os.path.join(self.iodir, "out")
-        err_path = os.path.join(self.iodir, "err")
-        saved = os.dup(1), os.dup(2)
-        out_fd = os.open(out_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        err_fd = os.open(err_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        os.dup2(out_fd, 1)
-        os.dup2(err_fd, 2)
-        os.close(out_fd)
-        os.close(err_fd)
-        result = {"value": None, "error": None, "limit": None}
-        started = time.perf_counter()
         used = _cpu_used()
         soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
         if hard != resource.RLIM_INFINITY and used + cpu >= hard:
             cpu = max(hard - used - 1, 1)
-        resource.setrlimit(resource.RLIMIT_CPU, (int(used + cpu + 1), hard))
+        if int(used + cpu + 1) != soft:  # whole seconds: most calls leave it as it is
+            resource.setrlimit(resource.RLIMIT_CPU, (int(used + cpu + 1), hard))
+        saved = os.dup(1), os.dup(2)
+        captures = [self.capture_file(name) for name in ("out", "err")]
+        os.dup2(captures[0][0], 1)
+        os.dup2(captures[1][0], 2)
+        result = {"value": None, "error": None, "limit": None}
+        started = time.perf_counter()
         try:
             self.reserve = mmap.mmap(-1, RESERVE)
         except (OSError, ValueError, MemoryError):
             self.reserve = None  # the memory is already taken: run without the spare
+        _own_sigint()
         ARMED = True
-        signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.setitimer(signal.ITIMER_REAL, timeout)
         rid = request.get("id")
         try:
@@ -314,7 +338,7 @@ class Child:
         finally:
             ARMED = False
             signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            _own_sigint()  # a handler user code left must not run in the worker's own code
             self.reserve = None
             with self.guard:
                 self.busy.clear()
@@ -331,18 +355,40 @@ class Child:
             os.close(saved[0])
             os.close(saved[1])
         result["duration"] = time.perf_counter() - started
-        result["stdout"], result["stdout_size"] = self.captured(out_path)
-        result["stderr"], result["stderr_size"] = self.captured(err_path)
+        result["stdout"], result["stdout_size"] = self.captured(*captures[0])
+        result["stderr"], result["stderr_size"] = self.captured(*captures[1])
         return result
 
-    def captured(self, path):
+    def capture_file(self, name):
+        """A fresh, empty file of the run folder for one stream of a call: (descriptor, identity, path)."""
+        path = os.path.join(self.iodir, name)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        info = os.fstat(fd)
+        return fd, (info.st_dev, info.st_ino), path
+
+    def captured(self, fd, identity, path):
+        """What a call wrote to one stream (its first ``max_output`` bytes) and its size, read through
+        the descriptor opened for it; by path when user code closed that descriptor (its number may
+        now be a file of user code's, which is left alone)."""
         limit = self.cfg["max_output"]
         try:
-            size = os.path.getsize(path)
-            with open(path, "rb") as fh:
-                data = fh.read(limit)
+            info = os.fstat(fd)
+            ours = (info.st_dev, info.st_ino) == identity
+        except OSError:
+            ours = False
+        try:
+            if not ours:
+                size = os.path.getsize(path)
+                with open(path, "rb") as fh:
+                    data = fh.read(limit)
+            else:
+                size = info.st_size
+                data = os.pread(fd, min(size, limit), 0) if size else b""
         except OSError:
             return "", 0
+        finally:
+            if ours:
+                os.close(fd)
         return data.decode("utf-8", "replace"), size
 
     def exec_code(self, code):
@@ -432,70 +478,120 @@ def _close_other_fds(keep):
                 pass
 
 
-def worker(cfg, requests_fd, answers_fd):
+def worker(cfg, requests_fd, answers_fd, interrupts_fd):
     """The process that runs user code; it talks only to the supervisor."""
     global MAIN_PID
     MAIN_PID = os.getpid()
-    _close_other_fds({requests_fd, answers_fd})
+    _close_other_fds({requests_fd, answers_fd, interrupts_fd})
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
     os.close(devnull)
     ctrl_in = os.fdopen(requests_fd, "r", encoding="utf-8")
     ctrl_out = os.fdopen(answers_fd, "w", encoding="utf-8")
+    interrupts = os.fdopen(interrupts_fd, "r", encoding="utf-8")
     sys.stdout = io.TextIOWrapper(os.fdopen(1, "wb", buffering=0, closefd=False), encoding="utf-8", write_through=True)
     sys.stderr = io.TextIOWrapper(os.fdopen(2, "wb", buffering=0, closefd=False), encoding="utf-8", write_through=True)
     signal.signal(signal.SIGALRM, _on_alarm)
     signal.signal(signal.SIGXCPU, _on_xcpu)
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # writes past the file limit fail with EFBIG instead
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, _on_interrupt)
     os.chdir(cfg["workdir"])
     _set_limits(cfg)
     _drop_privileges(cfg)
-    child = Child(cfg, ctrl_in, ctrl_out)
+    child = Child(cfg, ctrl_in, ctrl_out, interrupts)
     if cfg.get("confine"):
         _confine(cfg["confine"])
     child.serve()
 
 
 class Supervisor:
-    """Relays between the host (stdin/stdout) and the worker: forwards every host request, and
-    of what the worker writes only one well-formed answer per outstanding request."""
+    """Relays between the host (stdin/stdout) and the worker: notes the requests the host says it
+    sent, passes interrupts on, and of what the worker writes forwards only one well-formed answer
+    per outstanding request."""
 
-    def __init__(self, cfg, worker_pid, to_worker, from_worker):
+    def __init__(self, cfg, worker_pid, from_worker, interrupts):
         self.worker_pid = worker_pid
-        self.to_worker = to_worker
         self.from_worker = from_worker
+        self.host_buffer = b""
+        self.interrupts = interrupts  # the worker's interrupt channel (its thread reads it while code runs)
         self.host_out = 1
         self.outstanding = set()
         self.ready_sent = False
         self.lock = threading.Lock()
         self.quota = cfg.get("quota")
+        self.device = None  # the run folder's filesystem, for files deleted but held open
         # the longest answer a worker can legitimately send (output and value at their limits, escaped)
         self.max_line = 16 * int(cfg.get("max_output") or 20000) + (1 << 20)
 
     def send_host(self, payload):
-        data = (json.dumps(payload) + "\n").encode()
+        self.send_line((json.dumps(payload) + "\n").encode())
+
+    def send_line(self, data):
+        """Write one whole line to the host (threads share the channel: never interleaved)."""
         with self.lock:
             view = memoryview(data)
             while view:
                 view = view[os.write(self.host_out, view) :]
 
-    def host_requests(self):
-        """Host → worker; host EOF ends the sandbox."""
-        stream = os.fdopen(0, "rb")
-        for line in stream:
+    def read_host(self):
+        """Take what the host wrote: ``expect`` lines (the id of a request it wrote straight to the
+        worker) and ``interrupt`` lines (passed on to the worker's interrupt channel); host EOF ends
+        the sandbox."""
+        try:
+            chunk = os.read(0, 65536)
+        except OSError:
+            chunk = b""
+        if not chunk:
+            self.stop()
+        self.host_buffer += chunk
+        while b"\n" in self.host_buffer:
+            line, _, self.host_buffer = self.host_buffer.partition(b"\n")
             request = _message(line)
             if request is None:
                 continue
-            if request.get("op") != "interrupt":
+            if request.get("op") == "expect":
                 with self.lock:
                     self.outstanding.add(request.get("id"))
+            elif request.get("op") == "interrupt":
+                try:  # the host's own bytes, checked to be one JSON object: passed on as they are
+                    os.write(self.interrupts, b"\n" + line.rstrip(b"\r") + b"\n")
+                except OSError:
+                    self.stop()
+
+    def drain_host(self):
+        """Take every host line already written (without waiting). The host writes a request's
+        ``expect`` line before the request itself, so once its answer is here, so is that line."""
+        while select.select([0], [], [], 0)[0]:
+            self.read_host()
+
+    def relay(self):
+        """Both directions in one thread: the host's lines, and the worker's answers (passed on
+        when they answer a request the host said it sent). A request goes from the host straight
+        to the worker, so a call crosses one process less on its way in."""
+        watched = [0, self.from_worker]
+        answers, skipping = b"", False
+        while True:
+            ready, _, _ = select.select(watched, [], [])
+            if 0 in ready:
+                self.read_host()
+            if self.from_worker not in ready:
+                continue
             try:
-                os.write(self.to_worker, b"\n" + json.dumps(request).encode() + b"\n")
+                chunk = os.read(self.from_worker, 65536)
             except OSError:
-                break
-        self.stop()
+                chunk = b""
+            if not chunk:  # the worker is gone (wait_worker reports it): keep serving the host
+                watched = [0]
+                continue
+            answers += chunk
+            while b"\n" in answers:
+                line, _, answers = answers.partition(b"\n")
+                if not skipping:
+                    self.accept(line)
+                skipping = False
+            if len(answers) > self.max_line:
+                answers, skipping = b"", True
 
     def stop(self):
         try:
@@ -514,36 +610,38 @@ class Supervisor:
             answer["supervisor"] = os.getpid()
             self.send_host(answer)
             return
+        rid = answer.get("id")
+        if type(rid) is not int:  # the host numbers its requests: anything else is user code's
+            return
+        if rid not in self.outstanding:
+            self.drain_host()  # its expect line may be written and not read yet
         with self.lock:
-            rid = answer.get("id")
-            if rid is None or rid not in self.outstanding:
+            if rid not in self.outstanding:
                 return  # not a request the host sent, or already answered: user code wrote it
             self.outstanding.discard(rid)
+        # what the supervisor says, not the worker: an answer carrying such a field is re-encoded
+        # without it; any other is passed on byte for byte (the host parses it as json.loads did here)
+        changed = "died" in answer or "disk" in answer
         answer.pop("died", None)
-        answer.pop("disk", None)  # what the supervisor says, not the worker
+        answer.pop("disk", None)
         if self.quota:  # a burst faster than the watch: the call that wrote it says so
-            used, entries = _usage(self.quota["root"], self.quota["entries"])
+            used, entries = folder_usage(self.quota["root"], self.quota["entries"])
             if used > self.quota["bytes"] or entries > self.quota["entries"]:
                 answer["disk"] = [used, entries]
-        self.send_host(answer)
-
-    def worker_answers(self):
-        buffer, skipping = b"", False
-        while True:
-            try:
-                chunk = os.read(self.from_worker, 65536)
-            except OSError:
-                return
-            if not chunk:
-                return
-            buffer += chunk
-            while b"\n" in buffer:
-                line, _, buffer = buffer.partition(b"\n")
-                if not skipping:
-                    self.accept(line)
-                skipping = False
-            if len(buffer) > self.max_line:
-                buffer, skipping = b"", True
+                changed = True
+        if changed:
+            self.send_host(answer)
+        else:
+            self.send_line(bytes(line) + b"\n")
+        if self.quota and "disk" not in answer:
+            # files deleted but held open, which no listing shows (so the host could not refuse the
+            # next call for them): counted right after the answer left, off the call's path; past
+            # the quota they stop everything, as the watch does, and the next call says so
+            if self.device is None:
+                self.device = os.stat(self.quota["root"]).st_dev
+            hidden = _held_deleted(self.device)
+            if hidden and used + hidden > self.quota["bytes"]:
+                self.stop_at_quota(used + hidden, entries)
 
     def wait_worker(self):
         """Reap every child (as the sandbox's pid 1, orphans come here too); report the worker's
@@ -565,8 +663,7 @@ class Supervisor:
 
     def run(self):
         _not_dumpable()
-        threading.Thread(target=self.host_requests, name="tea-host", daemon=True).start()
-        threading.Thread(target=self.worker_answers, name="tea-worker", daemon=True).start()
+        threading.Thread(target=self.relay, name="tea-relay", daemon=True).start()
         if self.quota:
             threading.Thread(target=self.watch_quota, name="tea-quota", daemon=True).start()
         self.wait_worker()
@@ -579,40 +676,99 @@ class Supervisor:
             time.sleep(self.quota["interval"])
             used, entries = _usage(self.quota["root"], self.quota["entries"])
             if used > self.quota["bytes"] or entries > self.quota["entries"]:
-                self.send_host({"id": None, "died": {"signal": signal.SIGKILL, "disk": [used, entries]}})
-                try:
-                    os.kill(-1 if os.getpid() == 1 else self.worker_pid, signal.SIGKILL)
-                except OSError:
-                    pass
-                os._exit(0)
+                self.stop_at_quota(used, entries)
+
+    def stop_at_quota(self, used, entries):
+        """Report the run folder over its quota, kill every process user code runs, and end."""
+        self.send_host({"id": None, "died": {"signal": signal.SIGKILL, "disk": [used, entries]}})
+        try:
+            os.kill(-1 if os.getpid() == 1 else self.worker_pid, signal.SIGKILL)
+        except OSError:
+            pass
+        os._exit(0)
 
 
 def folder_usage(root, limit, dir_fd=None):
     """Bytes and entries under ``root`` (relative to the folder descriptor ``dir_fd`` when given),
     walked by folder descriptors (nesting past PATH_MAX is counted) without following symlinks; the
-    walk stops once it has seen more than ``limit`` entries. The host uses it too (imported; this
-    module has no side effects)."""
+    walk stops once it has seen more than ``limit`` entries. A tree nested deeper than this process
+    can hold descriptors for is reported as ``limit + 1`` entries (over quota), never undercounted.
+    The host uses it too (imported; this module has no side effects).
+
+    One ``scandir`` per folder and one ``fstatat`` per entry, iteratively: it runs after every call
+    (the supervisor's check), so it costs a few dozen microseconds for a small run folder."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+    try:
+        top = os.open(root, flags, dir_fd=dir_fd)
+    except OSError as exc:
+        return (0, limit + 1) if exc.errno in (errno.EMFILE, errno.ENFILE) else (0, 0)
+    # depth first; a frame is a folder's descriptor and its subfolders still to enter, so only one
+    # descriptor per level of nesting is open at a time
     total, entries = 0, 0
-    for _top, folders, files, fd in os.fwalk(root, follow_symlinks=False, dir_fd=dir_fd):
-        for name in folders + files:
-            entries += 1
+    frames = [(top, [])]
+    try:
+        total, entries, folders = _scan(top)
+        frames[0] = (top, folders)
+        while frames and entries <= limit:
+            fd, folders = frames[-1]
+            if not folders:
+                os.close(fd)
+                frames.pop()
+                continue
             try:
-                total += os.stat(name, dir_fd=fd, follow_symlinks=False).st_blocks * 512
-            except OSError:
-                pass
-        if entries > limit:
-            break
+                child = os.open(folders.pop(), flags, dir_fd=fd)
+            except OSError as exc:
+                if exc.errno in (errno.EMFILE, errno.ENFILE):
+                    raise
+                continue  # gone, or replaced by a symlink, since it was listed
+            frames.append((child, []))
+            size, count, subfolders = _scan(child)
+            frames[-1] = (child, subfolders)
+            total += size
+            entries += count
+    except OSError:  # out of descriptors: too deep to walk, so over quota rather than uncounted
+        return total, max(entries, limit + 1)
+    finally:
+        for fd, _ in frames:
+            os.close(fd)
     return total, entries
+
+
+def _scan(fd):
+    """(bytes, entries, subfolder names) of the folder open as ``fd``, links not followed."""
+    size, count, folders = 0, 0, []
+    try:
+        with os.scandir(fd) as listing:
+            for entry in listing:
+                count += 1
+                try:
+                    info = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                size += info.st_blocks * 512
+                if stat.S_ISDIR(info.st_mode):
+                    folders.append(entry.name)
+    except OSError as exc:
+        if exc.errno in (errno.EMFILE, errno.ENFILE):
+            raise
+    return size, count, folders
 
 
 def _usage(root, limit):
     """:func:`folder_usage`, plus files deleted but still held open by processes of this sandbox on
     the same filesystem (a listing cannot see them)."""
     total, entries = folder_usage(root, limit)
-    device = os.stat(root).st_dev
-    seen = set()
-    for pid in os.listdir("/proc") if os.getpid() == 1 else ():  # only in a pid namespace of our own
-        if not pid.isdigit():
+    return total + _held_deleted(os.stat(root).st_dev), entries
+
+
+def _held_deleted(device):
+    """Bytes of files on ``device`` deleted but still held open by processes of this sandbox (0
+    outside a pid namespace of our own, where not every process is the sandbox's)."""
+    if os.getpid() != 1:
+        return 0
+    total, seen = 0, set()
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or pid == "1":  # the supervisor itself opens no file of the run folder
             continue
         try:
             fds = os.listdir("/proc/%s/fd" % pid)
@@ -626,7 +782,7 @@ def _usage(root, limit):
             if info.st_nlink == 0 and info.st_dev == device and info.st_ino not in seen:
                 seen.add(info.st_ino)
                 total += info.st_blocks * 512
-    return total, entries
+    return total
 
 
 def _not_dumpable():
@@ -641,18 +797,27 @@ def _not_dumpable():
 
 def main():
     cfg = json.loads(sys.argv[1])
-    to_worker_r, to_worker_w = os.pipe()
+    requests = cfg["requests_fd"]  # the read end of the host's request pipe, for the worker alone
+    interrupts_r, interrupts_w = os.pipe()
     from_worker_r, from_worker_w = os.pipe()
     pid = os.fork()
     if pid == 0:
-        worker(cfg, to_worker_r, from_worker_w)
+        worker(cfg, requests, from_worker_w, interrupts_r)
         os._exit(0)
-    os.close(to_worker_r)
+    os.close(requests)
+    os.close(interrupts_r)
     os.close(from_worker_w)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # the quota walk holds one descriptor per level of nesting of the run folder
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (OSError, ValueError):
+            pass
     if cfg.get("egress"):
         _start_egress_bridge(cfg["egress"])
-    Supervisor(cfg, pid, to_worker_w, from_worker_r).run()
+    Supervisor(cfg, pid, from_worker_r, interrupts_w).run()
 
 
 def _start_egress_bridge(egress):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
 import functools
 import inspect
@@ -168,6 +167,8 @@ class Environment:
 
     async def call(self, action_name: str, args: dict[str, Any]) -> Any:
         """Run one action with its time limit; sync actions run on :data:`ACTION_THREADS`."""
+        import asyncio  # (imported here, as in every coroutine of envs/: a workspace opens without it)
+
         method = self.action_methods().get(action_name)
         if method is None:
             raise EnvironmentFailure(f"{self.name} has no action {action_name!r}")

@@ -28,6 +28,7 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -171,12 +172,14 @@ class PythonSandbox(Environment):
         self._over = True  # whether the run folder was over its quota at the last check (check first)
         self.workdir = self.folder / "sandbox"
         self._proc: subprocess.Popen | None = None
+        self._request_pipe: Any = None  # the write end of the pipe the worker reads its requests from
         self._info: dict[str, Any] = {}
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self._buffer = b""
         self._main: int | None = None
         self._groups: dict[str, Path] = {}  # cgroups by controller (pids, memory), when running as root
+        self._events: dict[str, list[_EventFile]] = {}  # their event counters, read around every call
         self._inflight: int | None = None
         self.calls = 0
         self.restarts = 0
@@ -200,6 +203,9 @@ class PythonSandbox(Environment):
         root_fd, self._root_fd = self._root_fd, None
         if root_fd is not None:
             os.close(root_fd)
+        pipe, self._request_pipe = self._request_pipe, None
+        if pipe is not None:
+            pipe.close()
         proc, self._proc = self._proc, None
         if proc is None:
             return
@@ -212,6 +218,7 @@ class PythonSandbox(Environment):
         except subprocess.TimeoutExpired:
             pass
         groups, self._groups = self._groups, {}
+        self._events = {}  # descriptors closed once no call still reads them
         for group in set(groups.values()):
             _remove_cgroup(group)
         for stream in (proc.stdin, proc.stdout):
@@ -364,6 +371,10 @@ class PythonSandbox(Environment):
                 "interval": QUOTA_WATCH,
             },
         }
+        # requests go from here straight to the worker, through a pipe of which the sandbox gets only
+        # the read end; the supervisor learns each request's id from an expect line on its channel
+        requests_r, requests_w = os.pipe()
+        config["requests_fd"] = requests_r
         command = [self.python, "-I", "-B", "-X", "utf8", str(CHILD), json.dumps(config)]
         fds: list[int] = []
         if tool:
@@ -390,13 +401,15 @@ class PythonSandbox(Environment):
                 cwd="/" if tool else str(self.workdir),  # bubblewrap enters the working directory itself
                 env=self._environment(),
                 start_new_session=True,
-                pass_fds=[*fds, root_fd] if tool else fds,
+                pass_fds=[*fds, root_fd, requests_r] if tool else [*fds, requests_r],
             )
         except OSError as exc:
+            os.close(requests_w)
             raise EnvironmentFailure(f"cannot start the sandbox interpreter {self.python}: {exc.strerror}") from None
         finally:
-            for fd in fds:
+            for fd in (*fds, requests_r):
                 os.close(fd)
+        self._request_pipe = os.fdopen(requests_w, "wb", buffering=0)
         self._buffer = b""
         hello = self._read_line(time.monotonic() + 15)
         if hello is None or not hello.get("ready"):
@@ -405,7 +418,7 @@ class PythonSandbox(Environment):
         self._info = {**hello, "startup": time.perf_counter() - started, "isolated": bool(prefix)}
         inside = _descendants(self._proc.pid)  # bwrap's init, the supervisor, the worker (nothing else runs yet)
         self._main = _host_pid(inside, hello.get("pid")) or self._proc.pid
-        self._groups = {}
+        self._groups, self._events = {}, {}
         if outside_root:
             # the whole sandbox: its processes, and its memory outside any one address space (memory
             # files, shared memory, /tmp and /dev/shm) — RLIMIT_AS only bounds each process
@@ -422,6 +435,12 @@ class PythonSandbox(Environment):
                 },
                 [self._proc.pid, *inside],
             )
+            counters = {"pids": ("pids.events",), "memory": ("memory.events", "memory.oom_control")}
+            self._events = {
+                controller: [_EventFile(self._groups[controller] / name) for name in files]
+                for controller, files in counters.items()
+                if controller in self._groups
+            }
             if "pids" not in self._groups:
                 self._info["warning"] = "no process limit: running as root without a writable pids cgroup"
         if tool:
@@ -504,11 +523,26 @@ class PythonSandbox(Environment):
         return f"the run folder {self.folder} holds {what}; its quota is {self.quota_mb} MB and {MAX_ENTRIES:,} files"
 
     def _send(self, payload: dict[str, Any]) -> None:
-        proc = self._proc
+        """An interrupt to the supervisor; a request straight to the worker, after telling the
+        supervisor its id (so the answer finds that id expected, however soon it comes back)."""
+        proc, pipe = self._proc, self._request_pipe
         if proc is None or proc.stdin is None:
             raise BrokenPipeError
-        proc.stdin.write((json.dumps(payload) + "\n").encode())
+        if payload.get("op") == "interrupt":
+            proc.stdin.write((json.dumps(payload) + "\n").encode())
+            proc.stdin.flush()
+            return
+        if pipe is None:
+            raise BrokenPipeError
+        proc.stdin.write((json.dumps({"op": "expect", "id": payload["id"]}) + "\n").encode())
         proc.stdin.flush()
+        # a leading newline too: a partial line user code left on the pipe cannot swallow the request
+        data = memoryview(("\n" + json.dumps(payload) + "\n").encode())
+        try:
+            while data:
+                data = data[pipe.write(data) :]
+        except BrokenPipeError:
+            pass  # the worker is gone: the supervisor says how, on its channel
 
     def interrupt(self) -> None:
         """Stop the code running now (it sees KeyboardInterrupt); the session survives. A request
@@ -538,9 +572,14 @@ class PythonSandbox(Environment):
             self.calls += 1
             restarted = False
             if self._proc is None or self._proc.poll() is not None:
+                stopped = self._quota_death() if self._proc is not None else None
                 restarted = self._proc is not None or self.calls > 1
                 self._over = self._over or restarted  # it may have been stopped at the quota between calls
                 self.kill()
+                if stopped is not None:  # the supervisor stopped everything at the quota between calls
+                    self._over = True
+                    self.last = self._killed_at_quota(stopped, restarted)
+                    return self.last
                 self._spawn()
                 self.restarts += restarted
             usage = self._over_quota() if self._over else None  # refused until files are deleted
@@ -572,16 +611,8 @@ class PythonSandbox(Environment):
             if answer is not None and "disk" in answer and answer.get("id") != rid:
                 self.kill()
                 self._over = True
-                result = ExecResult(
-                    error={"type": "DiskQuota", "message": self._quota_text(answer["disk"])}, limit="disk"
-                )
-                result.notes.append(
-                    f"Killed at the disk quota: {self._quota_text(answer['disk'])}; the session was restarted and "
-                    "variables were lost. Delete files to go on."
-                )
-                result.restarted = restarted
-                self.last = result
-                return result
+                self.last = self._killed_at_quota(answer["disk"], restarted)
+                return self.last
             death = answer.get("died") if answer is not None else None  # reported by the supervisor
             if death is not None:
                 answer = None
@@ -663,6 +694,26 @@ class PythonSandbox(Environment):
             self.last = result
             return result
 
+    def _killed_at_quota(self, usage: tuple[int, int], restarted: bool) -> ExecResult:
+        result = ExecResult(error={"type": "DiskQuota", "message": self._quota_text(usage)}, limit="disk")
+        result.notes.append(
+            f"Killed at the disk quota: {self._quota_text(usage)}; the session was restarted and "
+            "variables were lost. Delete files to go on."
+        )
+        result.restarted = restarted
+        return result
+
+    def _quota_death(self) -> tuple[int, int] | None:
+        """The run folder's usage a sandbox that has exited reported when it stopped at the quota
+        (after a call, for files deleted but held open, or by its watch), from what it left on the
+        channel; None when it ended otherwise."""
+        deadline = time.monotonic() + 0.5  # its channel is at its end: this only bounds a stuck read
+        while (message := self._read_line(deadline)) is not None:
+            disk = (message.get("died") or {}).get("disk")
+            if disk:
+                return tuple(disk)
+        return None
+
     def _limit_note(self, kind: str, timeout: float) -> str:
         text = LIMIT_TEXT.get(kind, kind).format(
             timeout=timeout,
@@ -676,15 +727,11 @@ class PythonSandbox(Environment):
 
     def _fork_failures(self) -> int:
         """How often the pids cgroup refused a new process (0 without one)."""
-        group = self._groups.get("pids")
-        return _counter(group / "pids.events", "max") if group is not None else 0
+        return sum(f.count(b"max") for f in self._events.get("pids", ()))
 
     def _oom_kills(self) -> int:
         """How often the memory cgroup killed a process of the sandbox (0 without one)."""
-        group = self._groups.get("memory")
-        if group is None:
-            return 0
-        return max(_counter(group / "memory.events", "oom_kill"), _counter(group / "memory.oom_control", "oom_kill"))
+        return max([f.count(b"oom_kill") for f in self._events.get("memory", ())], default=0)
 
     def _at_memory_limit(self) -> bool:
         """True when the interpreter's address space reached (nearly) its limit."""
@@ -1024,13 +1071,29 @@ def _make_group(root: Path, limits: dict[str, dict[str, str]], pids: list[int]) 
         return None
 
 
-def _counter(path: Path, key: str) -> int:
-    """The number after ``key`` in a cgroup's key-value file (0 when absent)."""
-    for line in _read(path).splitlines():
-        name, _, value = line.partition(" ")
-        if name == key and value.strip().isdigit():
-            return int(value)
-    return 0
+class _EventFile:
+    """A cgroup's key-value event file (pids.events, memory.events), opened once and re-read from
+    its start on every call: a read through a held descriptor costs a microsecond, an open by path
+    some twenty. A file the kernel does not have reads as empty. The descriptor closes when the
+    object is no longer referenced (a call still reading it keeps it open through ``kill``)."""
+
+    def __init__(self, path: Path):
+        try:
+            self._fd: int | None = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            self._fd = None
+        if self._fd is not None:
+            weakref.finalize(self, os.close, self._fd)
+
+    def count(self, key: bytes) -> int:
+        """The number after ``key`` (0 when absent, or once the group is gone)."""
+        if self._fd is None:
+            return 0
+        try:
+            fields = os.pread(self._fd, 4096, 0).split()
+            return int(fields[fields.index(key) + 1])
+        except (OSError, ValueError, IndexError):
+            return 0
 
 
 def _remove_stale_groups(root: Path) -> None:

@@ -7,7 +7,6 @@ runs on (a Playwright browser is bound to the loop that started it).
 
 from __future__ import annotations
 
-import asyncio
 import atexit
 import importlib
 import threading
@@ -20,6 +19,8 @@ from tea_notebook import _sync
 from tea_notebook.envs.base import Environment, EnvironmentFailure
 
 if TYPE_CHECKING:
+    import asyncio
+
     from tea_notebook.protocol.context import Context
     from tea_notebook.workspace import Workspace
 
@@ -124,6 +125,8 @@ class SessionManager:
         return await work(env)
 
     async def _acquire(self, runtime: EnvironmentRuntime, context: "Context") -> Environment:
+        import asyncio  # (imported here: a workspace opens without it)
+
         key = (runtime.name, session_key(context, runtime.cls.scope))
         if key in self.sessions:
             return self.sessions[key]
@@ -198,6 +201,8 @@ class SessionManager:
 
 async def _stop(env: Environment) -> None:
     """Stop a session within its time limit; kill what a failed or hung stop leaves behind."""
+    import asyncio
+
     try:
         await asyncio.wait_for(env.stop(), env.stop_timeout)
     except BaseException:  # noqa: BLE001 - stopping is best effort

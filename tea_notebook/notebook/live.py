@@ -1,7 +1,12 @@
 """The live trajectory view: one display, updated in place from the event stream while a run goes.
 
 Updates are throttled (at most every ``interval`` seconds, plus a final one), so a fast agent is
-not slowed by rendering; the HTML is the same renderer the final output uses.
+not slowed by rendering. Each update sends only what changed since the one before (see
+:mod:`tea_notebook.notebook.live_bundle`): the steps that events touched, the run headers, and a
+short HTML fallback (the header and the latest steps); the first update that carries the
+trajectory, and :meth:`LiveView.close` without a replacement, send the whole of it (payload and the
+same HTML the final output uses). So the bytes sent grow with the run, not with the run times the
+number of updates.
 
 While the run goes the header has a Stop button. ``%%agent`` keeps the cell (and so the kernel)
 busy, so the button cannot talk to the kernel through widget messages: it asks the Jupyter server
@@ -12,6 +17,7 @@ toolbar's ■ does; the magic turns that interrupt into a cooperative stop (stat
 from __future__ import annotations
 
 import html
+import json
 import os
 import re
 import sys
@@ -27,6 +33,7 @@ from tea_notebook.runtime.render import (
     _esc,
     _field,
     header_html,
+    stage_summary_html,
     staged_steps_html,
     step_html,
     threads_html,
@@ -85,8 +92,9 @@ def stop_button_html(kernel: str) -> str:
 
 
 class _RunState:
-    def __init__(self, agent: str, task: str, model: str):
+    def __init__(self, agent: str, task: str, model: str, parent: str | None = None):
         self.agent, self.task, self.model = agent, task, model
+        self.parent = parent
         self.status = "running"
         self.steps: dict[int, StepView] = {}
         self.children: list[str] = []
@@ -98,6 +106,31 @@ class _RunState:
         self.threads: dict[str, dict[str, Any]] = {}  # CORAL
         self.messages: list[dict[str, Any]] = []
         self.timed_actions: list[tuple[float, dict[str, Any]]] = []
+
+
+#: in the short live HTML: one line for each of this many steps before the last ones shown whole,
+#: the last messages of a conversation and the last sub-agents (keeps an update small on a long run)
+LIVE_LINES = 4
+LIVE_MESSAGES = 3
+LIVE_CHILDREN = 5
+
+
+def _step_line(step: StepView) -> str:
+    """One step in a line: its actions with short arguments and the start of each observation."""
+
+    def short(value: Any, limit: int) -> str:
+        text = " ".join(str(value).split())
+        return _esc(text if len(text) <= limit else text[: limit - 1] + "…")
+
+    acts = []
+    for a in step.actions:
+        mark = "" if a.get("ok", True) else " class='err'"
+        args = a.get("arguments", "")
+        shown = json.dumps(args, ensure_ascii=False, default=str) if isinstance(args, (dict, list)) else args
+        acts.append(
+            f"<code{mark}>{_esc(a.get('name'))}({short(shown, 40)})</code> → {short(a.get('observation', ''), 60)}"
+        )
+    return f"<div class='muted'>step {step.number}: {'; '.join(acts) or '(no action)'}</div>"
 
 
 class LiveView:
@@ -121,12 +154,20 @@ class LiveView:
         self._dirty = False
         self._last = 0.0
         self._lock = threading.Lock()
+        self._sending = threading.Lock()  # one update made and sent at a time (the countdown ticks too)
         self._handle = None
         self.updates = 0
         #: model calls being waited for, by run: (monotonic deadline of the attempt, timeout, retries)
         self.waiting: dict[str, tuple[float, float, int]] = {}
         self._ticking = False
         self._closed = False
+        #: what changed since the last update: runs (with their ancestors) and steps, by run
+        self._changed_runs: set[str] = set()
+        self._changed_steps: dict[str, set[int]] = {}
+        #: what the last updates sent of each run: stages (a count), threads and messages (their JSON)
+        self._sent: dict[str, dict[str, Any]] = {}
+        #: the number of the last update that carried the trajectory (None: none yet, the next is whole)
+        self._seq: int | None = None
         if display:
             from IPython.display import display as show
 
@@ -143,17 +184,20 @@ class LiveView:
     def _apply(self, e: Event) -> None:
         d = e.data
         if e.type == "run_started":
-            self.runs[e.run_id] = _RunState(d.get("agent", ""), d.get("task", ""), d.get("model", ""))
+            parent = e.parent_id if e.parent_id and e.parent_id in self.runs else None
+            self.runs[e.run_id] = _RunState(d.get("agent", ""), d.get("task", ""), d.get("model", ""), parent)
             self.runs[e.run_id].note = d.get("note") or ""
             self.runs[e.run_id].staged = bool(d.get("process"))
-            if e.parent_id and e.parent_id in self.runs:
-                self.runs[e.parent_id].children.append(e.run_id)
+            if parent:
+                self.runs[parent].children.append(e.run_id)
             elif self.root is None:
                 self.root = e.run_id
+            self._touch(e.run_id)
             return
         run = self.runs.get(e.run_id)
         if run is None:
             return
+        self._touch(e.run_id, e.step)
         if e.type == "model_request" and d.get("timeout"):
             timeout = float(d["timeout"])
             self.waiting[e.run_id] = (time.monotonic() + timeout, timeout, int(d.get("retries") or 0))
@@ -204,7 +248,56 @@ class LiveView:
         elif e.type == "run_finished":
             run.status = d.get("status", "error")
 
+    def _touch(self, run_id: str, step: int | None = None) -> None:
+        """Mark a run (and the runs above it: the update nests) and one of its steps as changed."""
+        if step is not None:
+            self._changed_steps.setdefault(run_id, set()).add(step)
+        seen = 0
+        while run_id is not None and run_id not in self._changed_runs and seen < 1000:
+            self._changed_runs.add(run_id)
+            run = self.runs.get(run_id)
+            run_id = run.parent if run is not None else None
+            seen += 1
+
+    def take_changes(self) -> tuple[set[str], dict[str, set[int]]]:
+        """The runs and steps changed since the last call (lock held): the next update sends them."""
+        runs, steps = self._changed_runs, self._changed_steps
+        self._changed_runs, self._changed_steps = set(), {}
+        return runs, steps
+
     # -- rendering ----------------------------------------------------------------------
+    def _tail_html(self, run_id: str, tail: int, depth: int = 0) -> str:
+        """The short live HTML of a run, for viewers without the extension: the stage it is in, one
+        line per recent step, its last ``tail`` steps whole, its last messages and its sub-agents
+        (the same, shorter); the whole run shows when it ends (the extension shows all of it live)."""
+        run = self.runs[run_id]
+        numbers = sorted(run.steps)
+        out = [f"<div><span class='muted'>task:</span> {_esc(_field(run.task)[:300])}</div>"] if not depth else []
+        for i, stage in enumerate(run.stages):  # every stage's configuration (a run has few), the current one open
+            out.append(f"<details{' open' if i == len(run.stages) - 1 else ''}>{stage_summary_html(stage)}</details>")
+        shown = numbers[-tail:] if not depth else []
+        brief = [n for n in numbers[: len(numbers) - len(shown)]][-LIVE_LINES:]
+        if len(numbers) > len(shown) + len(brief):
+            out.append(
+                f"<div class='muted'>… {len(numbers) - len(shown) - len(brief)} earlier steps "
+                "(all of them show when the run ends)</div>"
+            )
+        out.extend(_step_line(run.steps[n]) for n in brief)
+        out.extend(step_html(run.steps[n]) for n in shown)
+        if run.messages:
+            recent = sorted(run.messages, key=lambda m: m.get("seq", 0))[-LIVE_MESSAGES:]
+            if len(run.messages) > len(recent):
+                out.append(f"<div class='muted'>… {len(run.messages) - len(recent)} earlier messages</div>")
+            out.append(threads_html(list(run.threads.values()), recent, {}))
+        for child in run.children[-LIVE_CHILDREN:]:
+            c = self.runs[child]
+            inner = self._tail_html(child, tail, depth + 1) if depth < 2 else ""
+            out.append(
+                f"<div class='muted'>sub-agent <b>{_esc(c.agent)}</b> · {_esc(c.status)} · {len(c.steps)} steps</div>"
+                f"<div style='margin-left:1em'>{inner}</div>"
+            )
+        return "".join(out)
+
     def _run_html(self, run_id: str, depth: int = 0) -> str:
         run = self.runs[run_id]
         steps = [run.steps[k] for k in sorted(run.steps)]
@@ -242,8 +335,9 @@ class LiveView:
             return 0
         return len(run.steps) + sum(self.tree_steps(c) for c in run.children if c in self.runs)
 
-    def html(self) -> str:
-        """The current view."""
+    def html(self, tail: int | None = None) -> str:
+        """The current view; with ``tail``, the short one the updates while the run goes carry (the
+        header and the last ``tail`` steps)."""
         with self._lock:
             if self.root is None:
                 return f"{_CSS}<div class='tea-t'><span class='muted'>starting…</span></div>"
@@ -265,14 +359,23 @@ class LiveView:
             head = header_html(
                 root.agent, display_name(root.model), status, steps, tokens, cost, extra, self.tree_steps()
             )
-            return f"{_CSS}<div class='tea-t'>{head}{self._run_html(self.root)}</div>"
+            body = self._run_html(self.root) if tail is None else self._tail_html(self.root, tail)
+            return f"{_CSS}<div class='tea-t'>{head}{body}</div>"
 
     def bundle(self) -> Any:
-        """The current view as a display bundle: the trajectory payload (``"live": true`` while the run
-        goes; the JupyterLab extension renders it, with its own Stop button) over this HTML."""
+        """The current view as a display bundle: the whole trajectory payload (``"live": true`` while
+        the run goes; the JupyterLab extension renders it, with its own Stop button) over this HTML."""
         from tea_notebook.notebook.live_bundle import LiveBundle
 
         return LiveBundle(self)
+
+    def next_bundle(self, whole: bool = False) -> Any:
+        """The next update: what changed since the last one (whole: all of it; the first update that
+        carries the trajectory is always whole, as a renderer that has seen none has nothing to
+        add the changes to)."""
+        from tea_notebook.notebook.live_bundle import LiveBundle
+
+        return LiveBundle(self, update=True, whole=whole)
 
     def summary(self) -> Any:
         """The compact line the live view becomes when the run ends."""
@@ -342,7 +445,8 @@ class LiveView:
         self._last = time.monotonic()
         self.updates += 1
         if self._handle is not None:
-            self._update(self.bundle())
+            with self._sending:  # in the order they were made: each applies to the one before
+                self._update(self.next_bundle())
 
     def _update(self, obj: Any) -> None:
         # Updates come from whichever thread emitted the event (the background loop, a tool's
@@ -352,13 +456,17 @@ class LiveView:
             self._handle.update(obj)
 
     def close(self, final: Any = None) -> None:
-        """Replace the live view with ``final`` (a displayable), or refresh it one last time."""
+        """Replace the live view with ``final`` (a displayable), or refresh it one last time with the
+        whole trajectory (payload and HTML), so that what stays in the notebook is all of the run."""
         self._closed = True
         if self._handle is not None and final is not None:
             self._update(final)
-        else:
-            self._dirty = True
-            self.refresh()
+        elif self._handle is not None:
+            self._dirty = False
+            self._last = time.monotonic()
+            self.updates += 1
+            with self._sending:
+                self._update(self.next_bundle(whole=True))
 
     def final(self, handle: Any) -> Any:
         """What a background run's view becomes when it ends: the run's trajectory, or the error that

@@ -28,8 +28,20 @@ HELP = """%tea subcommands:
   %tea envs [QUERY]           environments                  %tea memory [QUERY]   memory, experiences
   %tea toolkits [QUERY]       toolkits
   %tea runs                   recent runs                   %tea show RUN         one run's trajectory
-  %tea fork RUN --step N [--model M] [--task TEXT] [--quiet]
+  %tea fork RUN --step N [--rerun-from K] [--model M] [--task TEXT] [--quiet]
                               replay RUN's first N steps (CORAL: messages), then go on live
+                              (--rerun-from K: run the stored tool calls of steps K..N again)
+  %tea fork RUN --stage K [--model M] [--quiet]
+                              a ToolSelf run again from the start of its stage K
+  %tea fork RUN --step N --edit [observation|actions|context] [--action I]
+  %tea fork RUN --stage K --edit
+                              runs nothing: puts a cell below that forks RUN with the value to edit
+                              (step N's observation of action I, its actions, the context the model saw;
+                              a CORAL run's message N; a ToolSelf stage's configuration)
+  %tea context RUN --step N [--stage S] [--run SUBRUN]
+                              what the model saw at step N: its parts, their sizes, what is new
+  %tea branches RUN           a run's forks and resumes as a tree   %tea compare A B   two runs side by side
+  %tea resume RUN [--quiet]   go on with an interrupted run (or one that ended in error)
   %tea jobs                   background runs (%%agent --background, agent.start) with Stop buttons
   %tea versions NAME          a tool's versions             %tea rollback NAME VERSION
   %tea workspace [PATH]       show or switch the workspace  %tea plot [RUN]       plot a run (or all runs)
@@ -228,6 +240,8 @@ class TeaMagics(Magics):
             return self._create_tool(tail) if cmd == "create-tool" else self._evolve(tail)
         if cmd == "fork":
             return self._fork(line.strip()[len(cmd) :])
+        if cmd in ("context", "resume", "branches", "compare"):
+            return self._time_travel(cmd, line.strip()[len(cmd) :])
         if cmd == "eval":
             return self._eval(line.strip()[len(cmd) :])
         if cmd == "mcp":
@@ -343,34 +357,153 @@ class TeaMagics(Magics):
         except TeaError as exc:
             raise UsageError(f"%tea create-tool: {_short(exc)}") from None
 
+    FORK_USAGE = (
+        "usage: %tea fork RUN --step N [--rerun-from K] [--model M] [--task TEXT] [--quiet] · "
+        "%tea fork RUN --stage K · %tea fork RUN --step N --edit [observation|actions|context] [--action I]"
+    )
+
     def _fork(self, tail: str) -> Any:
-        """``%tea fork RUN --step N [--model M] [--task TEXT] [--quiet]`` → the new run's RunResult
-        (its view says which run and step it was forked from)."""
+        """``%tea fork RUN --step N [--rerun-from K] [--model M] [--task TEXT] [--quiet]`` (or ``--stage K``
+        for a ToolSelf run) → the new run's RunResult (its view says which run and step it was forked
+        from). With ``--edit [KIND]`` nothing runs: a cell below is prefilled with ``await ws.fork(...)``
+        and the value to edit (see :mod:`tea_notebook.notebook.fork_cells`)."""
         parser = MagicArgumentParser(prog="%tea fork", add_help=False)
         parser.add_argument("run")
-        parser.add_argument("--step", type=int, required=True, help="replay this many steps (CORAL: messages)")
+        parser.add_argument("--step", type=int, help="replay this many steps (CORAL: messages)")
+        parser.add_argument("--stage", type=int, help="a ToolSelf run: fork at the start of this stage")
+        parser.add_argument("--edit", nargs="?", const="", help="prefill a cell that forks with an edit")
+        parser.add_argument("--action", type=int, help="with --edit observation: which action's observation")
+        parser.add_argument("--rerun-from", dest="rerun_from", type=int, help="run steps K.. tools again")
         parser.add_argument("--model", help="model for the steps after the fork (default: the forked run's model)")
         parser.add_argument("--task", nargs="+", help="a different task for the new run")
         parser.add_argument("--quiet", action="store_true", help="no live view")
         try:
             args = parser.parse_args(_split(tail))
         except (UsageError, SystemExit):
-            raise UsageError("usage: %tea fork RUN --step N [--model M] [--task TEXT] [--quiet]") from None
-        if args.step < 0:
+            raise UsageError(self.FORK_USAGE) from None
+        if (args.step is None) == (args.stage is None):
+            raise UsageError(f"%tea fork needs --step N or --stage K (one of them). {self.FORK_USAGE}")
+        if args.step is not None and args.step < 0:
             raise UsageError("--step must be 0 or more")
+        if args.stage is not None and args.stage < 1:
+            raise UsageError("--stage must be 1 or more (stages are numbered from 1)")
+        if args.action is not None and args.edit is None:
+            raise UsageError("--action goes with --edit observation (which action's observation to edit)")
+        if args.action is not None and args.action < 1:
+            raise UsageError("--action must be 1 or more (actions are numbered from 1)")
+        if args.rerun_from is not None and args.stage is not None:
+            raise UsageError("--rerun-from applies to a fork by --step, not --stage")
+        if args.edit is not None and args.edit not in ("", "observation", "actions", "context", "message", "stage"):
+            raise UsageError(
+                f"--edit {args.edit}: an edit is observation, actions or context (a CORAL run: message; "
+                "a ToolSelf stage: stage)"
+            )
         ws = self.workspace
         model = args.model  # not the magics' default: a fork goes on with the forked run's model
         task = " ".join(args.task) if args.task else None
+        if args.edit is not None:
+            return self._fork_cell(ws, args, model, task)
         try:
             result = self._drive(
                 ws,
-                lambda ctx: ws.fork(args.run, args.step, model=model, task=task, context=ctx, raise_on_error=False),
+                lambda ctx: ws.fork(
+                    args.run,
+                    args.step,
+                    stage=args.stage,
+                    rerun_from=args.rerun_from,
+                    model=model,
+                    task=task,
+                    context=ctx,
+                    raise_on_error=False,
+                ),
                 quiet=args.quiet,
             )
         except TeaError as exc:
             raise UsageError(f"%tea fork: {_short(exc)}") from None
         if result.status == "error":
             raise UsageError(f"the forked run ended with an error: {result.error} (run {result.run_id})")
+        return result
+
+    def _fork_cell(self, ws: Any, args: Any, model: str | None, task: str | None) -> Any:
+        """``%tea fork ... --edit``: a new cell below holding the fork with the value to edit; nothing runs."""
+        from tea_notebook.notebook.fork_cells import fork_cell
+
+        name, setup = self._workspace_name(ws)
+        try:
+            cell = fork_cell(
+                ws,
+                args.run,
+                step=args.step,
+                stage=args.stage,
+                kind=args.edit,
+                action=args.action,
+                rerun_from=args.rerun_from,
+                model=model,
+                task=task,
+                ws_name=name,
+                setup=setup,
+            )
+        except TeaError as exc:
+            raise UsageError(f"%tea fork --edit: {_short(exc, 600)}") from None
+        self.shell.set_next_input(cell.code, replace=False)
+        return _Text(f"the cell below forks the run with {cell.what} edited: change it there, then run that cell")
+
+    def _workspace_name(self, ws: Any) -> tuple[str, str]:
+        """How a prefilled cell names the magics' workspace: a variable already bound to it, else
+        ``ws`` (or ``tea_ws`` when ``ws`` is something else) bound by a setup line."""
+        ns = getattr(self.shell, "user_ns", {}) or {}
+        bound = [k for k, v in ns.items() if v is ws and k.isidentifier() and not k.startswith("_")]
+        if bound:
+            return ("ws" if "ws" in bound else sorted(bound)[0]), ""
+        name = "ws" if "ws" not in ns else "tea_ws"
+        from tea_notebook.protocol.current import current_workspace
+
+        if current_workspace(required=False) is ws:
+            return name, f"import tea_notebook\n{name} = tea_notebook.current_workspace()  # the workspace %tea uses"
+        return name, f"{name} = get_ipython().magics_manager.registry['TeaMagics'].workspace  # the one %tea uses"
+
+    def _time_travel(self, cmd: str, tail: str) -> Any:
+        """``%tea context RUN --step N [--stage S] [--run SUBRUN]``, ``%tea branches RUN``,
+        ``%tea compare A B``, ``%tea resume RUN [--quiet]``."""
+        usage = {
+            "context": "usage: %tea context RUN --step N [--stage S] [--run SUBRUN]",
+            "branches": "usage: %tea branches RUN",
+            "compare": "usage: %tea compare RUN_A RUN_B",
+            "resume": "usage: %tea resume RUN [--quiet]",
+        }[cmd]
+        parser = MagicArgumentParser(prog=f"%tea {cmd}", add_help=False)
+        parser.add_argument("runs", nargs="*")
+        if cmd == "context":
+            parser.add_argument("--step", type=int)
+            parser.add_argument("--stage", default="")
+            parser.add_argument("--run", dest="sub")
+        if cmd == "resume":
+            parser.add_argument("--quiet", action="store_true")
+        try:
+            args = parser.parse_args(_split(tail))
+        except (UsageError, SystemExit):
+            raise UsageError(usage) from None
+        if len(args.runs) != (2 if cmd == "compare" else 1):
+            raise UsageError(usage)
+        ws = self.workspace
+        try:
+            if cmd == "context":
+                if args.step is None:
+                    raise UsageError(f"%tea context needs --step N. {usage}")
+                from tea_notebook.runtime.contexts import load_context
+
+                return load_context(ws, args.sub or args.runs[0], args.step, args.stage)  # the step's requests only
+            if cmd == "branches":
+                return ws.branches(args.runs[0])
+            if cmd == "compare":
+                return ws.compare(*args.runs)
+            result = self._drive(
+                ws, lambda ctx: ws.resume(args.runs[0], context=ctx, raise_on_error=False), quiet=args.quiet
+            )
+        except TeaError as exc:
+            raise UsageError(f"%tea {cmd}: {_short(exc, 600)}") from None
+        if result.status == "error":
+            raise UsageError(f"the resumed run ended with an error: {result.error} (run {result.run_id})")
         return result
 
     def _evolve(self, tail: str) -> Any:

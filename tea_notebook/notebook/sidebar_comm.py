@@ -2,7 +2,9 @@
 
 ``%load_ext tea_notebook`` registers the target. The sidebar opens a comm to it and asks
 ``{"request": "state"}`` (the workspace's tools, agents, environments, runs and memory) or
-``{"request": "trajectory", "run": ID}`` (a run's trajectory bundle, for a main-area panel). After
+``{"request": "trajectory", "run": ID}`` (a run's trajectory bundle, for a main-area panel) or
+``{"request": "context", "run": ID, "step": N, "stage": ""}`` (what the model saw at a step, for the
+renderer's "context" button). After
 every cell the kernel sends the state again if it changed, so the sidebar refreshes when a run ends
 or a tool is created.
 
@@ -23,6 +25,8 @@ TARGET = "tea_notebook.sidebar"
 SECTION_LIMIT = 200
 #: text fields are cut to this many characters
 TEXT_LIMIT = 2000
+#: a context part's text is cut to this many characters in a ``context`` reply (its size stays exact)
+CONTEXT_PART_LIMIT = 20_000
 
 
 def _clip(value: Any, limit: int = TEXT_LIMIT) -> str:
@@ -190,6 +194,8 @@ class SidebarComms:
                 self._send_state(comm, force=True)
             elif request == "trajectory":
                 comm.send(self.trajectory(str(data.get("run", ""))))
+            elif request == "context":
+                comm.send(self.context(data))
             else:
                 comm.send({"type": "error", "message": f"unknown request {request!r}"})
         except Exception as exc:  # noqa: BLE001 - the sidebar shows the error; the kernel goes on
@@ -209,6 +215,31 @@ class SidebarComms:
             "data": data[MIME_TYPE],
             "metadata": metadata,
         }
+
+    def context(self, data: dict[str, Any]) -> dict[str, Any]:
+        """What the model saw at a step (``{"request": "context", "run": ID, "step": N, "stage": ""}``):
+        :meth:`StepContext.to_dict` with each part's text cut to :data:`CONTEXT_PART_LIMIT` characters;
+        a step without a stored request (or any other problem) is an error reply that says why."""
+        from tea_notebook.errors import TeaError
+
+        run, step, stage = str(data.get("run", "")), data.get("step"), str(data.get("stage") or "")
+        reply: dict[str, Any] = {"request": "context", "run": run, "step": step, "stage": stage}
+        ws = self.workspace()
+        if ws is None:
+            return {"type": "error", **reply, "message": "no workspace is open in this kernel"}
+        if isinstance(step, bool) or not isinstance(step, int):
+            return {"type": "error", **reply, "message": f"the step is a whole number, not {step!r}"}
+        try:
+            from tea_notebook.runtime.contexts import load_context
+
+            ctx = load_context(ws, run, step, stage).to_dict()  # reads the run's requests, not its whole trajectory
+        except TeaError as exc:
+            return {"type": "error", **reply, "message": _clip(exc, 600)}
+        for part in ctx["parts"]:
+            if len(part["text"]) > CONTEXT_PART_LIMIT:
+                part["text"] = _clip(part["text"], CONTEXT_PART_LIMIT)
+                part["clipped"] = True
+        return {"type": "context", **reply, "context": ctx}
 
     def _send_state(self, comm: Any, force: bool = False) -> None:
         ws = self.workspace()

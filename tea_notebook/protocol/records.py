@@ -13,6 +13,9 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+# ``defer_build``: pydantic builds a record type's validator when the first record of that type is
+# made or read, not when this module is imported (opening a workspace builds none of them)
+
 NAME_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]{0,63}$")
 #: the longest description of a tool from outside (an MCP server) that is stored or shown to a model
 MAX_DESCRIPTION_CHARS = 2000
@@ -27,7 +30,7 @@ def content_hash(content: dict[str, Any]) -> str:
 class Relation(BaseModel):
     """A typed edge of a registry's relation graph, from the record that holds it to ``target``."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
     type: str
     target: str
     note: str = ""
@@ -36,6 +39,7 @@ class Relation(BaseModel):
 class UsageStats(BaseModel):
     """Invocation counts kept beside a record (they change without creating versions)."""
 
+    model_config = ConfigDict(defer_build=True)
     calls: int = 0
     failures: int = 0
     mean_latency_ms: float = 0.0
@@ -50,7 +54,7 @@ class UsageStats(BaseModel):
 class Record(BaseModel):
     """Fields every registry record shares. ``version`` is assigned by the registry."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, defer_build=True)
 
     KIND: ClassVar[str] = "record"
     RELATION_TYPES: ClassVar[frozenset[str]] = frozenset()
@@ -189,7 +193,7 @@ class ToolkitRecord(Record):
 class ActionSpec(BaseModel):
     """One typed action of an environment, with the conditions that order it."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     name: str
     description: str
     parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})

@@ -8,7 +8,6 @@ Route, Invoke, plus get / list / search / versions / rollback / unregister.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import inspect
 import json
@@ -20,24 +19,23 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Generic, Iterable, Iterator, TypeVar
 
-import numpy as np
 from pydantic import ValidationError
 
+from tea_notebook._lazy import LazyModule
 from tea_notebook._sync import run_sync
 from tea_notebook.errors import EmbeddingError, NotFoundError, RegistryError
 from tea_notebook.protocol.context import Context
 from tea_notebook.protocol.records import Record, UsageStats, content_hash
-from tea_notebook.protocol.retrieval import KeywordIndex, SearchHit, fuse
-from tea_notebook.protocol.schema import argument_problems, not_an_object, validation_error
+from tea_notebook.protocol.retrieval import KeywordIndex, Ranking, SearchHit
+from tea_notebook.protocol.schema import ArgumentValidator, argument_problems, not_an_object, validation_error
 from tea_notebook.store.vectors import VectorIndex
 
 if TYPE_CHECKING:
-    # jsonschema is imported on first validation: where JupyterLab is installed it pulls in
-    # rfc3987_syntax, which builds a grammar at import (over a second)
-    from jsonschema import Draft202012Validator
+    import numpy as np
 
-if TYPE_CHECKING:
     from tea_notebook.workspace import Workspace
+else:  # numpy loads when vectors are first touched, not with the workspace
+    np = LazyModule("numpy", globals(), "np")
 
 log = logging.getLogger(__name__)
 R = TypeVar("R", bound=Record)
@@ -91,7 +89,7 @@ class InvokeResult:
         return f"Error ({self.error['type']}): {self.error['message']}"
 
 
-def _schema_errors(validator: Draft202012Validator, args: Any) -> dict[str, Any] | None:
+def _schema_errors(validator: ArgumentValidator, args: Any) -> dict[str, Any] | None:
     """Every schema violation of ``args`` as one structured ``ValidationError`` (see
     :func:`~tea_notebook.protocol.schema.validation_error`), or None when the arguments are valid."""
     problems = argument_problems(validator, args)
@@ -120,8 +118,8 @@ class Registry(Generic[R]):
         self._saved_seq = -1
         self._last_save = 0.0
         self._query_cache: OrderedDict[str, np.ndarray] = OrderedDict()
-        self._validators: dict[str, Draft202012Validator] = {}
-        self._searches: dict[tuple, tuple[dict[int, float], dict[int, float]]] = {}
+        self._validators: dict[str, ArgumentValidator] = {}
+        self._searches: OrderedDict[tuple, Ranking] = OrderedDict()
         self._runtimes: dict[str, Any] = {}
         self._heads: dict[str, R] = {}
         self._heads_seq = 0
@@ -243,9 +241,11 @@ class Registry(Generic[R]):
         self._refresh_heads()
         return self._head(name)
 
-    def _refresh_heads(self) -> None:
-        """Drop cached records that changed in the database since the last look."""
-        last = self._db.last_change(self.kind)
+    def _refresh_heads(self, last: int | None = None) -> None:
+        """Drop cached records that changed in the database since the last look (or up to change
+        ``last``, when the caller has just read it)."""
+        if last is None:
+            last = self._db.last_change(self.kind)
         if last != self._heads_seq:
             if self._heads_seq == 0 or last < self._heads_seq:
                 self._heads.clear()
@@ -550,6 +550,19 @@ class Registry(Generic[R]):
         ``where`` filters by field equality first (``category="web"``, ``toolkit="browser"``).
         Raises EmbeddingError when semantic search is asked for and embedding fails.
         """
+        hits = []
+        for doc, score, sem, kw in self._ranked(query, k, mode, keyword_weight, where)[0]:
+            name = self._names.get(doc)
+            if name is not None:
+                hits.append(SearchHit(name, score, sem, kw, load=self.get))
+        return hits
+
+    def _ranked(
+        self, query: str, k: int, mode: str, keyword_weight: float, where: dict[str, Any]
+    ) -> tuple[list[tuple[int, float, float, float]], dict[str, tuple]]:
+        """The work of :meth:`search`: the best ``k`` ``(id, score, cosine, keyword)`` with the usage
+        prior applied, and the usage statistics the prior was computed from (``route`` decorates its
+        records with them instead of reading them again)."""
         if mode not in ("hybrid", "semantic", "keyword"):
             raise ValueError(f"mode must be 'hybrid', 'semantic' or 'keyword', not {mode!r}")
         if not isinstance(query, str) or not query.strip():
@@ -559,15 +572,20 @@ class Registry(Generic[R]):
         if where:
             allowed = {self._ids[r.name] for r in self.list(**where, _usage=False)}
             if not allowed:
-                return []
+                return [], {}
         pool = max(4 * k, 40)
-        # an agent routing its tools asks the same query (its task) every step: the index work is
-        # kept while the registry is unchanged, and only the usage prior (which moves) is recomputed
-        key = (query, mode, pool, self._seq, self.workspace.embedder.id) if allowed is None else None
-        cached = self._searches.get(key) if key is not None else None
-        if cached is not None:
-            keyword, semantic = cached
-        else:
+        weight = {"keyword": 1.0, "semantic": 0.0}.get(mode, keyword_weight)
+        # an agent routing its tools asks the same query (its task) every step: the index work and
+        # the fusion are kept while the registry is unchanged (``_seq`` follows the database's
+        # change log), and only the usage prior (which moves) is applied again
+        key = (query, mode, pool, weight, self._seq, self.workspace.embedder.id) if allowed is None else None
+        ranking = None
+        if key is not None:
+            with self._lock:
+                ranking = self._searches.get(key)
+                if ranking is not None:
+                    self._searches.move_to_end(key)
+        if ranking is None:
             keyword, semantic = {}, {}
             if mode != "semantic":
                 ids, scores = self._keyword.search(query, pool, allowed)
@@ -578,19 +596,14 @@ class Registry(Generic[R]):
                 if index is not None:
                     ids, scores = index.search(qvec, pool, allowed)
                     semantic = dict(zip(ids.tolist(), scores.tolist()))
+            ranking = Ranking(semantic, keyword, keyword_weight=weight)
             if key is not None:
-                if len(self._searches) >= 64:
-                    self._searches.clear()
-                self._searches[key] = (keyword, semantic)
-        prior = self._usage_prior()
-        weight = {"keyword": 1.0, "semantic": 0.0}.get(mode, keyword_weight)
-        fused = fuse(semantic, keyword, prior, keyword_weight=weight)[:k]
-        hits = []
-        for doc, score, sem, kw in fused:
-            name = self._names.get(doc)
-            if name is not None:
-                hits.append(SearchHit(name, score, sem, kw, load=self.get))
-        return hits
+                with self._lock:
+                    self._searches[key] = ranking
+                    if len(self._searches) > 64:
+                        self._searches.popitem(last=False)
+        usage = self._usage()
+        return ranking.top(k, self._usage_prior(usage)), usage
 
     def similar(
         self, query: "str | R", k: int = 5, threshold: float | None = None, **where: Any
@@ -668,10 +681,16 @@ class Registry(Generic[R]):
         self._db.put_vectors(eid, fresh)
         return vec
 
-    def _usage_prior(self) -> dict[int, float]:
-        """A small bonus for tools that were used and worked (App. B.3's usage signals)."""
+    def _usage(self) -> dict[str, tuple]:
+        """Usage statistics of every used record of this kind (pending counts written first)."""
         self.flush_usage()
-        usage = self._db.usage(self.kind)
+        return self._db.usage(self.kind)
+
+    def _usage_prior(self, usage: dict[str, tuple] | None = None) -> dict[int, float]:
+        """A small bonus for tools that were used and worked (App. B.3's usage signals)."""
+        if usage is None:
+            self.flush_usage()
+            usage = self._db.usage(self.kind)
         out = {}
         for name, (calls, failures, _total, _last) in usage.items():
             doc = self._ids.get(name)
@@ -699,44 +718,69 @@ class Registry(Generic[R]):
         """Candidates for a request: retrieved (if ``query``), limited to what ``context`` binds,
         and pruned by the relation graph (see :meth:`_admissible`)."""
         if query:
-            hits = self.search(query, k=max(k * 3, 20), **where)
-            # what ``hit.record`` gives, for all hits at once: one look at the change log, one usage read
-            self._refresh_heads()
-            self.flush_usage()
-            usage = self._db.usage(self.kind)
-            candidates = []
-            for hit in hits:
-                record = self._head(hit.name)
-                if record is None:
-                    raise NotFoundError(self._missing(hit.name))
-                candidates.append(self._decorate(record, usage))
+            ranked, usage = self._ranked(query, max(k * 3, 20), "hybrid", 0.2, where)
+            # the current records of the hits from the cache of heads, as of the change the search saw,
+            # read as pruning asks for them (it stops at ``k``)
+            self._refresh_heads(self._seq)
+            candidates: Iterable[R] = self._heads_of(self._names.get(doc) for doc, *_ in ranked)
         else:
             candidates = self.list(**where)
+            self._refresh_heads()
         bound = context.bound(self.kind) if context is not None else []
         if bound:
-            candidates = [c for c in candidates if c.name in bound]
-        return self.prune(candidates, context)[:k]
+            candidates = (c for c in candidates if c.name in bound)
+        chosen = self._prune(candidates, context, k) if k >= 0 else self._prune(candidates, context)[:k]
+        if query:  # usage statistics attached to what is returned only (pruning does not read them)
+            chosen = [self._decorate(c, usage) if c.name in usage else c for c in chosen]
+        return chosen
+
+    def _heads_of(self, names: Iterable[str | None]) -> Iterator[R]:
+        """The cached current records of ``names`` (None entries skipped), one at a time."""
+        for name in names:
+            if name is None:
+                continue
+            record = self._head(name)
+            if record is None:
+                raise NotFoundError(self._missing(name))
+            yield record
 
     def prune(self, candidates: list[R], context: Context | None = None) -> list[R]:
         """Keep the candidates the relation graph admits, in order (see :meth:`_admissible`)."""
+        self._refresh_heads()  # dependencies are looked up in the cache of heads, as of now
+        return self._prune(candidates, context)
+
+    def _prune(self, candidates: Iterable[R], context: Context | None, limit: int | None = None) -> list[R]:
+        """:meth:`prune` with the heads already refreshed, stopping once ``limit`` are chosen (a
+        candidate's admission depends only on those before it, so the first ``limit`` are the same)."""
         chosen: list[R] = []
+        if limit is not None and limit <= 0:
+            return chosen
+        taken = set(context.bound(self.kind)) if context is not None else set()
+        blocked: set[str] = set()
         for cand in candidates:
-            if self._admissible(cand, chosen, context):
+            if self._admissible(cand, taken, blocked, context):
                 chosen.append(cand)
+                if len(chosen) == limit:
+                    break
+                taken.add(cand.name)
+                if cand.relations:
+                    blocked.update(cand.related("conflicts_with"))
         return chosen
 
-    def _admissible(self, cand: R, chosen: list[R], context: Context | None) -> bool:
-        """Relation pruning: dependencies must exist, conflicts with chosen or bound records exclude."""
-        for dep in cand.related("depends_on"):
-            if dep not in self:
-                return False
-        taken = {c.name for c in chosen}
-        if context is not None:
-            taken.update(context.bound(self.kind))
-        taken.discard(cand.name)
-        if set(cand.related("conflicts_with")) & taken:
+    def _admissible(self, cand: R, taken: set[str], blocked: set[str], context: Context | None) -> bool:
+        """Relation pruning: dependencies must exist, conflicts with chosen or bound records exclude.
+
+        ``taken`` holds the names of the bound and already chosen records, ``blocked`` the names
+        the chosen records conflict with (kept by :meth:`prune`, so each candidate costs the same
+        however many were chosen before it)."""
+        if cand.name in blocked:
             return False
-        return not any(cand.name in c.related("conflicts_with") for c in chosen)
+        if not cand.relations:
+            return True
+        for dep in cand.related("depends_on"):
+            if self._head(dep) is None:
+                return False
+        return not any(c in taken and c != cand.name for c in cand.related("conflicts_with"))
 
     # -- relation graph -----------------------------------------------------------------
     def graph(self, type_: str | None = None) -> list[tuple[str, str, str]]:
@@ -759,13 +803,11 @@ class Registry(Generic[R]):
         return self.register(updated, note=f"relate {type_} {target}")
 
     # -- Invoke -------------------------------------------------------------------------
-    def _validator(self, schema: dict[str, Any]) -> Draft202012Validator:
+    def _validator(self, schema: dict[str, Any]) -> ArgumentValidator:
         key = json.dumps(schema, sort_keys=True)
         validator = self._validators.get(key)
-        if validator is None:
-            from jsonschema import Draft202012Validator
-
-            validator = self._validators[key] = Draft202012Validator(schema)
+        if validator is None:  # jsonschema itself is imported only when arguments break the schema
+            validator = self._validators[key] = ArgumentValidator(schema)
         return validator
 
     async def _invoke(
@@ -779,6 +821,8 @@ class Registry(Generic[R]):
         version: int = 0,
     ) -> InvokeResult:
         """Validate, call, time and count one invocation; every failure becomes a structured error."""
+        import asyncio  # here, not at import: opening a workspace needs no event loop
+
         if args is None:
             args = {}
         if not isinstance(args, dict):

@@ -463,12 +463,219 @@ def argument_problems(validator: Any, args: Any) -> list[ArgumentProblem]:
 
 def arguments_problem(schema: dict[str, Any], args: Any) -> str | None:
     """One message naming every way ``args`` breaks ``schema`` (a JSON Schema), or None when valid."""
-    from jsonschema import Draft202012Validator
-
     if not isinstance(args, dict):
         return not_an_object(schema, args).message
-    problems = argument_problems(Draft202012Validator(schema), args)
+    problems = argument_problems(ArgumentValidator(schema), args)
     return validation_error(problems)["message"] if problems else None
+
+
+class ArgumentValidator:
+    """A JSON Schema (Draft 2020-12) validator of tool arguments that imports jsonschema only when
+    it has something to report.
+
+    Where JupyterLab is installed, ``import jsonschema`` costs over a second (its format checkers
+    pull in ``rfc3987_syntax``, which builds a grammar at import). A first check that covers the
+    keywords tool schemas use (type, properties, required, additionalProperties, items, enum,
+    const, anyOf, allOf, local ``$ref``, bounds and lengths) accepts arguments it can prove valid;
+    anything else (a violation, a keyword it does not know, a malformed schema) goes to jsonschema's
+    ``Draft202012Validator``, so every error, and every exception of a broken schema, is jsonschema's
+    own. Same interface as that validator for :func:`argument_problems`: ``schema`` and
+    ``iter_errors``.
+    """
+
+    def __init__(self, schema: Any):
+        self.schema = schema
+        self._full: Any = None
+
+    def iter_errors(self, instance: Any) -> Any:
+        """jsonschema's errors of ``instance`` (none, without importing jsonschema, when the first
+        check proves it valid)."""
+        try:
+            if _fits(self.schema, instance, self.schema, 0):
+                return iter(())
+        except _Unsure:
+            pass
+        return self.jsonschema().iter_errors(instance)
+
+    def jsonschema(self) -> Any:
+        """The full ``jsonschema.Draft202012Validator`` of this schema (imported on first need)."""
+        if self._full is None:
+            from jsonschema import Draft202012Validator
+
+            self._full = Draft202012Validator(self.schema)
+        return self._full
+
+
+class _Unsure(Exception):
+    """The first check cannot decide (a keyword it does not cover, a malformed schema): ask jsonschema."""
+
+
+# keywords that never fail validation under Draft202012Validator without a format checker
+_ANNOTATIONS = frozenset(
+    {
+        "title", "description", "default", "examples", "$comment", "deprecated", "readOnly",
+        "writeOnly", "format", "contentMediaType", "contentEncoding", "contentSchema", "$defs",
+        "definitions",
+    }
+)  # fmt: skip
+_MAX_DEPTH = 64
+
+
+def _kind(value: Any) -> str:
+    """The JSON type of a value as parsed from JSON (exact Python types only; anything else is unsure)."""
+    kind = _KINDS.get(type(value))
+    if kind is None:
+        raise _Unsure
+    return kind
+
+
+_KINDS = {
+    type(None): "null",
+    bool: "boolean",
+    int: "integer",
+    float: "number",
+    str: "string",
+    list: "array",
+    dict: "object",
+}
+_TYPE_NAMES = frozenset({"null", "boolean", "integer", "number", "string", "array", "object"})
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal as jsonschema compares (``true`` is not ``1``, ``1`` is ``1.0``), where that is certain."""
+    ta, tb = type(a), type(b)
+    if ta is bool or tb is bool:
+        return ta is tb and a == b
+    if ta in (int, float) and tb in (int, float):
+        return a == b
+    if ta is str and tb is str:
+        return a == b
+    if a is None and b is None:
+        return True
+    if ta is list and tb is list:
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if ta is dict and tb is dict:
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    return False
+
+
+def _number(value: Any) -> Any:
+    if type(value) not in (int, float):
+        raise _Unsure
+    return value
+
+
+def _count(value: Any) -> int:
+    if type(value) is not int or value < 0:
+        raise _Unsure
+    return value
+
+
+def _resolve(ref: Any, root: Any) -> Any:
+    """The subschema a local ``#/...`` JSON pointer names in the root schema."""
+    from urllib.parse import unquote
+
+    if type(ref) is not str or not (ref == "#" or ref.startswith("#/")) or type(root) is not dict:
+        raise _Unsure
+    target: Any = root
+    for part in ref[2:].split("/") if ref != "#" else ():
+        part = unquote(part).replace("~1", "/").replace("~0", "~")
+        if type(target) is not dict or part not in target:
+            raise _Unsure
+        target = target[part]
+    return target
+
+
+def _fits(schema: Any, instance: Any, root: Any, depth: int) -> bool:
+    """Whether ``instance`` is valid under ``schema``. Every keyword is evaluated (as jsonschema
+    does), so a False is jsonschema's verdict too, not a guess; :class:`_Unsure` otherwise."""
+    if schema is True:
+        return True
+    if schema is False:
+        return False
+    if type(schema) is not dict or depth > _MAX_DEPTH:
+        raise _Unsure
+    kind = _kind(instance)
+    ok = True
+    for key, value in schema.items():
+        if key in _ANNOTATIONS:
+            continue
+        if key == "type":
+            names = value if type(value) is list else [value]
+            if not names or any(type(n) is not str or n not in _TYPE_NAMES for n in names):
+                raise _Unsure
+            ok &= kind in names or (kind == "integer" and "number" in names)
+        elif key == "properties":
+            if type(value) is not dict:
+                raise _Unsure
+            if kind == "object":
+                for name, sub in value.items():
+                    if name in instance:
+                        ok &= _fits(sub, instance[name], root, depth + 1)
+        elif key == "required":
+            if type(value) is not list or any(type(n) is not str for n in value):
+                raise _Unsure
+            if kind == "object":
+                ok &= all(name in instance for name in value)
+        elif key == "additionalProperties":
+            if "patternProperties" in schema:
+                raise _Unsure
+            if kind == "object":
+                known = schema.get("properties", {})
+                if type(known) is not dict:
+                    raise _Unsure
+                extras = [name for name in instance if name not in known]
+                if type(value) is dict:
+                    for name in extras:
+                        ok &= _fits(value, instance[name], root, depth + 1)
+                elif type(value) is bool:
+                    ok &= value or not extras
+                else:
+                    raise _Unsure
+        elif key == "items":
+            if "prefixItems" in schema or type(value) not in (dict, bool):
+                raise _Unsure
+            if kind == "array":
+                for item in instance:
+                    ok &= _fits(value, item, root, depth + 1)
+        elif key == "enum":
+            if type(value) is not list:
+                raise _Unsure
+            ok &= any(_same(choice, instance) for choice in value)
+        elif key == "const":
+            ok &= _same(value, instance)
+        elif key in ("anyOf", "allOf"):
+            if type(value) is not list or not value:
+                raise _Unsure
+            if key == "allOf":
+                for sub in value:
+                    ok &= _fits(sub, instance, root, depth + 1)
+            else:  # in order, up to the first branch that fits, as jsonschema does
+                ok &= any(_fits(sub, instance, root, depth + 1) for sub in value)
+        elif key == "$ref":
+            ok &= _fits(_resolve(value, root), instance, root, depth + 1)
+        elif key in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
+            bound = _number(value)
+            if kind in ("integer", "number"):
+                if key == "minimum":
+                    ok &= instance >= bound
+                elif key == "maximum":
+                    ok &= instance <= bound
+                elif key == "exclusiveMinimum":
+                    ok &= instance > bound
+                else:
+                    ok &= instance < bound
+        elif key in ("minLength", "maxLength"):
+            limit = _count(value)
+            if kind == "string":
+                ok &= len(instance) >= limit if key == "minLength" else len(instance) <= limit
+        elif key in ("minItems", "maxItems"):
+            limit = _count(value)
+            if kind == "array":
+                ok &= len(instance) >= limit if key == "minItems" else len(instance) <= limit
+        else:  # a keyword this check does not cover ($id, pattern, oneOf, not, if, ...)
+            raise _Unsure
+    return ok
 
 
 def not_an_object(schema: dict[str, Any] | None, args: Any) -> ArgumentProblem:

@@ -274,12 +274,12 @@ class ToolRegistry(Registry[ToolRecord]):
         routed = self.route(query, context, k=max(k * 4, 20))
         return [r for r in routed if r.name in keep][:k]
 
-    def _admissible(self, cand: ToolRecord, chosen: list[ToolRecord], context: Context | None) -> bool:
+    def _admissible(self, cand: ToolRecord, taken: set[str], blocked: set[str], context: Context | None) -> bool:
         """Adds preconditions: a tool whose precondition tools have not yet succeeded in the
         context is not offered (E2T's typed action ordering)."""
-        if not super()._admissible(cand, chosen, context):
+        if not super()._admissible(cand, taken, blocked, context):
             return False
-        if context is not None:
+        if context is not None and cand.relations:
             return all(context.has_succeeded(p) for p in cand.related("precondition"))
         return True
 

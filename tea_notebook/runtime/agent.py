@@ -33,6 +33,7 @@ from tea_notebook.models.client import (
 )
 from tea_notebook.protocol.context import Context
 from tea_notebook.protocol.records import AgentRecord, Relation
+from tea_notebook.runtime.forking import ForkPlan, StepOverride
 from tea_notebook.runtime.jobs import Runnable
 from tea_notebook.runtime.prompts import DONE_TOOL, StepRecord, build_messages
 from tea_notebook.runtime.runlog import RunInterrupted, RunLog
@@ -116,6 +117,15 @@ class RunResult:
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> tuple[dict, dict]:
         return self.trajectory._repr_mimebundle_(include, exclude)
+
+    def context(self, step: int, *, stage: str = "", run: str | None = None) -> Any:
+        """What the model saw at ``step``: see
+        :meth:`Trajectory.context <tea_notebook.runtime.trajectory.Trajectory.context>`."""
+        from tea_notebook.runtime.contexts import load_context
+
+        if run is not None:
+            return self.trajectory.context(step, stage=stage, run=run)
+        return load_context(self.workspace, self.run_id, step, stage)
 
     def plot(self) -> Any:
         """A matplotlib figure: tokens, cost and latency per step."""
@@ -339,7 +349,7 @@ class Agent(Runnable):
         context: Context | None = None,
         max_steps: int | None = None,
         grants: list[str] | tuple[str, ...] = (),
-        _replay: list[StepRecord] | None = None,
+        _replay: "ForkPlan | list[StepRecord] | None" = None,
         _fork: tuple[str, int] | None = None,
     ) -> RunResult:
         """Run the agent on ``task``. A run that ends in ``error`` raises :class:`~tea_notebook.errors.RunFailed`
@@ -364,7 +374,22 @@ class Agent(Runnable):
         return _Run(self, *args)
 
     async def _runner(self, task: str, files: list[str] | None = None, context: Context | None = None) -> str:
-        """ACP runner: a sub-agent run nested under the caller's run; its answer, or an error."""
+        """ACP runner: a sub-agent run nested under the caller's run; its answer, or an error. When
+        the caller is a fork that continues this agent's run from a fork of it, the fork runs instead."""
+        pending = (getattr(context, "subforks", None) or {}).get(self.name)
+        if pending:
+            plan = pending.pop(0)
+            result = await self.run(
+                task,
+                files,
+                model=plan.model,
+                max_steps=plan.max_steps,
+                context=context,
+                raise_on_error=False,
+                _replay=plan,
+                _fork=(plan.source, plan.step),
+            )
+            return sub_agent_answer(self.name, result)
         return sub_agent_answer(self.name, await self.run(task, files, context=context, raise_on_error=False))
 
 
@@ -442,7 +467,7 @@ class _Run(RunLog):
         model: str | None,
         parent: Context | None,
         max_steps: int,
-        replay: list[StepRecord] | None,
+        replay: "ForkPlan | list[StepRecord] | None",
         fork: tuple[str, int] | None,
     ):
         resolved, source = agent.resolved_model(model)
@@ -450,10 +475,15 @@ class _Run(RunLog):
         self.agent, self.max_steps = agent, max_steps
         self.files = self.attach(files) if files else []
         self.todo = TodoList(self.folder / "todo.md") if agent.todo else None
-        self.steps: list[StepRecord] = list(replay or [])
-        self.last_step = len(self.steps)
-        self.summaries: list[str] = []
-        self.insights: list[str] = self.ws.memory_store.recall(task) if len(self.ws.memory) else []
+        #: how this run starts from a stored one (a fork, a resume); empty for a fresh run
+        self.plan = replay if isinstance(replay, ForkPlan) else ForkPlan.of_steps(list(replay or []))
+        self.steps: list[StepRecord] = list(self.plan.live)
+        self.last_step = self.plan.last_step
+        self.summaries: list[str] = list(self.plan.summaries)
+        recalled = self.ws.memory_store.recall(task) if len(self.ws.memory) else []
+        self.insights: list[str] = list(self.plan.insights) + [i for i in recalled if i not in self.plan.insights]
+        #: the step being taken without asking the model (see :class:`StepOverride`), if any
+        self.override: StepOverride | None = None
         self.fork = fork
         self.agent_tools: set[str] = set()
         #: tools whose call failed since the last action that succeeded (see :meth:`_decided_status`)
@@ -636,10 +666,25 @@ class _Run(RunLog):
 
     async def _run_action(self, call: ToolCall, step: int) -> tuple[str, bool, str | None]:
         """Run one action; returns ``(observation, ok, error type)``."""
-        if call.name in self.agent_tools and isinstance(call.arguments, dict):
+        override = self.override
+        verbatim = override is not None and call.id in override.verbatim
+        if call.name in self.agent_tools and isinstance(call.arguments, dict) and not verbatim:
             call = self._delegation(call)
+        if override is not None and call.id in override.stored:  # it returned before the run stopped
+            obs = override.stored[call.id]
+            ok = not str(obs).startswith("Error")
+            self.emit(
+                "tool_call", {"id": call.id, "name": call.name, "arguments": call.arguments, "replayed": True}, step
+            )
+            result = {"id": call.id, "name": call.name, "ok": ok, "error_type": None, "observation": obs}
+            self.emit("tool_result", {**result, "latency": None, "replayed": True}, step)
+            return obs, ok, None
         self.emit("tool_call", {"id": call.id, "name": call.name, "arguments": call.arguments}, step)
+        # what the step did so far is durable before a tool acts: a run resumed after a crash
+        # repeats no call that returned (nor the model call that chose them)
+        self.events.flush()
         started = time.perf_counter()
+        returned = None
         if not isinstance(call.arguments, dict):
             obs, ok, err = self._not_an_object(call), False, "ValidationError"
         elif call.name == "todo" and self.todo is not None:
@@ -662,6 +707,7 @@ class _Run(RunLog):
             if self.ctx.cancel.is_set() and call.id not in self.reported_stops:
                 # stopped while it ran, and it ended on its own (a sync tool that saw ToolContext.cancelled)
                 self.reported_stops.add(call.id)
+                returned = obs  # what a resumed run takes as this call's result (it is not run again)
                 obs = f"Error: {call.name} was interrupted when the run was stopped; it ended: {obs}"
                 ok, err = False, "Interrupted"
                 message = f"stopped while running {call.name}; none of them is still running"
@@ -680,17 +726,22 @@ class _Run(RunLog):
                 "error_type": err,
                 "observation": obs,
                 "latency": time.perf_counter() - started,
+                **({"returned": returned} if returned is not None else {}),
             },
             step,
         )
         return obs, ok, err
 
     # -- the loop -------------------------------------------------------------------------
-    async def _call_model(self, step: int, tools: list[dict[str, Any]]) -> ModelReply:
-        messages = self._messages(step, tools)
+    async def _call_model(
+        self, step: int, tools: list[dict[str, Any]], messages: list[dict[str, Any]] | None = None
+    ) -> ModelReply:
+        messages = self._messages(step, tools) if messages is None else messages
         client = self.agent.client
         chars = sum(map(_content_chars, messages))
-        request = self.request_event(client, self.model, messages=len(messages), prompt_chars=chars)
+        offered = tools if self.native else None
+        context = self.contexts.record(messages, offered, {"model": self.model, **client.params})
+        request = self.request_event(client, self.model, messages=len(messages), prompt_chars=chars, context=context)
         self.emit("model_request", request, step)
         reply = await self._cancellable(
             client.complete(self.model, messages, tools if self.native else None, defaults=self.model_defaults())
@@ -838,9 +889,12 @@ class _Run(RunLog):
             native_tools=self.native,
             forked_from=self.fork[0] if self.fork else None,
             fork_unit=self.fork_unit,
+            **self.plan.started(),
         )
-        for replayed in self.steps:
-            self.emit("step", {**_step_data(replayed), "replayed": True}, replayed.number)
+        for replayed, extra in self.plan.shown:  # one transaction for all of them, not one each
+            self.emit("step", {**_step_data(replayed), "replayed": True, **extra}, replayed.number, durable=False)
+        self.events.flush()
+        self._replay_todo()
         status, answer, error, files = "max_steps", "", None, []
         consecutive = 0
         try:
@@ -854,10 +908,15 @@ class _Run(RunLog):
                 tools, agent_tools = self._offered()
                 self.agent_tools = agent_tools
                 offered = {t["function"]["name"] for t in tools}
-                reply = await self._call_model(step, tools)
+                self.override = override = self.plan.overrides.get(step)
+                self.ctx.subforks = override.subforks if override is not None else {}
+                taken = override is not None and override.calls is not None
+                reply = None if taken else await self._call_model(step, tools, override and override.messages)
                 record = StepRecord(step)
+                if override is not None and override.note:
+                    record.note = override.note
                 try:
-                    thoughts, calls = self._actions(reply)
+                    thoughts, calls = (dict(override.thoughts), list(override.calls)) if taken else self._actions(reply)
                     record.thinking = thoughts.get("thinking", "")
                     record.evaluation = thoughts.get("evaluation_previous_goal", "")
                     record.memory = thoughts.get("memory", "")
@@ -939,6 +998,22 @@ class _Run(RunLog):
         result = self._close(status, answer, error, files)
         await self.release_sessions()
         return result
+
+    def _replay_todo(self) -> None:
+        """A fork's todo.md as it was after the replayed steps: their todo calls applied again (the
+        list is this run's own file; nothing outside the run folder changes)."""
+        if self.todo is None:
+            return
+        for replayed, _ in self.plan.shown:
+            for tool, args, observation in replayed.results:
+                if tool != "todo" or str(observation).startswith("Error"):
+                    continue
+                try:
+                    arguments = json.loads(args)
+                    if isinstance(arguments, dict):
+                        self.todo.apply(**arguments)
+                except (TypeError, ValueError):
+                    continue  # the original call failed the same way: nothing to rebuild
 
     def _release_sessions_later(self) -> None:
         """On cancellation: the stop is scheduled on the background loop, not awaited here."""
@@ -1023,23 +1098,5 @@ def _step_data(record: StepRecord) -> dict[str, Any]:
         "memory": record.memory,
         "next_goal": record.next_goal,
         "results": [list(r) for r in record.results],
+        **({"note": record.note} if record.note else {}),
     }
-
-
-def steps_from_events(events: list[Any], upto: int) -> list[StepRecord]:
-    """The first ``upto`` steps of a run, rebuilt from its ``step`` events (for forking)."""
-    out = []
-    for e in events:
-        if e.type == "step" and e.step is not None and e.step <= upto and e.run_id == events[0].run_id:
-            d = e.data
-            out.append(
-                StepRecord(
-                    e.step,
-                    d.get("evaluation", ""),
-                    d.get("memory", ""),
-                    d.get("next_goal", ""),
-                    d.get("thinking", ""),
-                    [tuple(r) for r in d.get("results", [])],
-                )
-            )
-    return out

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from tea_notebook.errors import NotFoundError
 from tea_notebook.redaction import redact
-from tea_notebook.store.blobs import blob_ref, build, clip_value, digest, json_leaves, plan
+from tea_notebook.store.blobs import FIELD_LIMIT, blob_ref, build, clip_value, digest, json_leaves, plan
 from tea_notebook.store.database import new_id
 
 if TYPE_CHECKING:
@@ -145,6 +145,16 @@ class EventLog:
         total = sum(map(len, self._recent.values()))
         while len(self._recent) > _RECENT_TEXTS or (total > _RECENT_CHARS and len(self._recent) > 1):
             total -= len(self._recent.popitem(last=False)[1])
+
+    def keep(self, texts: dict[str, str]) -> None:
+        """Keep texts by their sha256 (``digest -> text``) with the next write: the parts of model
+        requests (:mod:`tea_notebook.runtime.contexts`); a kept digest costs nothing."""
+        with self._lock:
+            for key, text in texts.items():
+                if len(text) > FIELD_LIMIT:  # a long part is likely made of a reply or result kept already
+                    self._keep(key, text)
+                else:
+                    self._pending_blobs.setdefault(key, text)
 
     def flush(self, uses: list[tuple[str, list[tuple]]] | None = None) -> None:
         """Write pending events to the database (in order, also when threads flush at once), with

@@ -73,6 +73,8 @@ class StepRecord:
     next_goal: str = ""
     thinking: str = ""
     results: list[tuple[str, str, str]] = field(default_factory=list)  # (tool, args json, result text)
+    #: how a fork took this step, when not from the model ("actions edited", "re-executed live")
+    note: str = ""
 
     def render(self, limit: int = 600) -> str:
         """The step as the model reads it (cached: a finished step is rendered once, not every step)."""

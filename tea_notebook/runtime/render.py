@@ -57,6 +57,8 @@ def _step_payload(step: "StepView") -> dict[str, Any]:
         "memory": _field(step.memory),
         "next_goal": _field(step.next_goal),
         "replayed": step.replayed,
+        "edited": _edit_payload(step.edited),
+        "note": step.note,
         "errors": [_field(e) for e in step.errors],
         "prompt_tokens": step.prompt_tokens,
         "completion_tokens": step.completion_tokens,
@@ -71,6 +73,16 @@ def _step_payload(step: "StepView") -> dict[str, Any]:
             for a in step.actions
         ],
     }
+
+
+def _edit_payload(edit: dict[str, Any] | None) -> dict[str, Any] | None:
+    if not edit:
+        return None
+    return {k: (_clip(v, 2000) if isinstance(v, str) else v) for k, v in edit.items() if k in EDIT_FIELDS}
+
+
+#: what the view shows of a fork's edit
+EDIT_FIELDS = ("kind", "step", "action", "tool", "before", "after", "agent", "sub_step", "stage", "message")
 
 
 def payload(traj: "Trajectory") -> dict[str, Any]:
@@ -91,6 +103,8 @@ def payload(traj: "Trajectory") -> dict[str, Any]:
         "steps": [_step_payload(s) for s in traj.steps],
         # "steps": a Fork button on each step of the run; "messages" (CORAL) or "": none on steps
         "forkable": traj.fork_unit or "",
+        "edit": _edit_payload(traj.edit),
+        "resumed": traj.resumed,
         "stages": [_stage_payload(st) for st in traj.stages],
         "threads": thread_items(traj.threads),
         "messages": _messages_payload(traj),
@@ -293,7 +307,16 @@ def step_html(step: "StepView") -> str:
     parts = [f"<div class='step'><div><b>step {step.number}</b>"]
     if step.replayed:
         parts.append(" <span class='badge'>replayed</span>")
+    if step.note:
+        parts.append(f" <span class='badge'>{_esc(step.note)}</span>")
+    if step.edited:
+        parts.append(" <span class='badge'>edited</span>")
     parts.append("</div>")
+    if step.edited and step.edited.get("kind") == "observation":
+        parts.append(
+            f"<div class='muted'>observation of action {_esc(step.edited.get('action'))} was: "
+            f"<s>{_esc(_clip(str(step.edited.get('before', '')), 400))}</s></div>"
+        )
     for label, value in (("thinking", step.thinking), ("evaluation", step.evaluation), ("next goal", step.next_goal)):
         if value:
             parts.append(f"<div><span class='muted'>{label}:</span> {_esc(_field(value))}</div>")
@@ -480,6 +503,10 @@ def trajectory_html(traj: "Trajectory", nested: bool = False) -> str:
         ),
         f"<div><span class='muted'>task:</span> {_esc(_field(traj.task))}</div>",
     ]
+    if traj.forked_from and not nested:
+        edit = traj.edit
+        what = f"; edited: {_esc(edit.get('kind'))}" if edit else ""
+        body.append(f"<div class='muted'>{_esc(traj.lineage())}{what}</div>")
     if traj.stages:
         body.append(staged_steps_html(traj.stages, traj.steps))
     else:
@@ -509,6 +536,59 @@ def mimebundle(traj: "Trajectory") -> tuple[dict[str, Any], dict[str, Any]]:
             "fork_step": traj.fork_step,
             "folder": traj.folder,
             "latency": latency_tree(traj),
+            "runs": run_ids(traj),
         }
     }
     return data, metadata
+
+
+def run_ids(traj: "Trajectory") -> dict[str, Any]:
+    """The run's id and its sub-runs' ids, nested like the payload's ``children`` (in the bundle's
+    metadata: the renderer's Fork and context buttons of a sub-agent's step name its own run)."""
+    return {"id": traj.run_id, "children": [run_ids(c) for c in traj.children]}
+
+
+def context_html(ctx: Any) -> str:
+    """A step's context (:class:`~tea_notebook.runtime.contexts.StepContext`): the size of each
+    kind of part, then every part, those new since the previous step marked, texts folded."""
+    sizes = ctx.sizes()
+    total = max(1, ctx.chars)
+    bar = "".join(
+        f"<span title='{_esc(k)}: {v:,} characters' style='display:inline-block;height:8px;"
+        f"width:{max(1, round(300 * v / total))}px;background:{_KIND_COLOUR.get(k, '#8c959f')}'></span>"
+        for k, v in sizes.items()
+    )
+    legend = " · ".join(f"{_esc(k)} {v:,}" for k, v in sizes.items())
+    since = f" · new since step {ctx.previous_step} marked" if ctx.previous_step is not None else ""
+    rows = []
+    for p in ctx.parts:
+        mark = "<span class='badge'>new</span> " if p.changed else ""
+        first = next((line for line in p.text.splitlines() if line.strip()), "")
+        rows.append(
+            f"<details><summary>{mark}<b>{_esc(p.kind)}</b> <span class='muted'>({_esc(p.role)}, "
+            f"{p.chars:,} chars)</span> {_esc(_clip(first, 120))}</summary>"
+            f"<pre>{_esc(_clip(p.text, 20000))}</pre></details>"
+        )
+    removed = "".join(
+        f"<div class='muted'>removed since step {ctx.previous_step}: <s>{_esc(_clip(p.text, 160))}</s></div>"
+        for p in ctx.removed
+    )
+    clipped = "<div class='err'>an image of this request was too large to keep</div>" if ctx.clipped else ""
+    stage = f" ({_esc(ctx.stage)})" if ctx.stage else ""
+    return (
+        f"{_CSS}<div class='tea-t tea-context'><div class='h'><b>context of step {ctx.step}{stage}</b>"
+        f"<span>{ctx.chars:,} characters</span><span class='muted'>run {_esc(ctx.run_id)}{since}</span></div>"
+        f"<div>{bar}</div><div class='muted'>{legend}</div>{clipped}{''.join(rows)}{removed}</div>"
+    )
+
+
+_KIND_COLOUR = {
+    "system prompt": "#8250df",
+    "step info": "#57606a",
+    "task": "#0969da",
+    "history": "#1a7f37",
+    "memory folds": "#bf8700",
+    "todo": "#6e7781",
+    "environment": "#cf222e",
+    "tools": "#953800",
+}

@@ -20,6 +20,7 @@ from tea_notebook.protocol.context import Context
 from tea_notebook.redaction import redact
 
 if TYPE_CHECKING:
+    from tea_notebook.runtime.contexts import ContextRecorder
     from tea_notebook.workspace import Workspace
 
 DURABLE = ("run_started", "step", "error", "run_finished")  # written at once; the rest per step
@@ -51,18 +52,29 @@ class RunLog:
         self.prompt_tokens = self.completion_tokens = 0
         self.cost = 0.0
 
+    @property
+    def contexts(self) -> "ContextRecorder":
+        """Stores this run's model requests (see :mod:`tea_notebook.runtime.contexts`)."""
+        recorder = self.__dict__.get("_contexts")
+        if recorder is None:
+            from tea_notebook.runtime.contexts import ContextRecorder
+
+            recorder = self.__dict__["_contexts"] = ContextRecorder(self.events)
+        return recorder
+
     def emit(
         self,
         type_: str,
         data: dict[str, Any] | None = None,
         step: int | None = None,
         uses: list[tuple[str, list[tuple]]] | None = None,
+        durable: bool | None = None,
     ) -> None:
-        """One event of this run (``uses``: invocation counts written in the same transaction)."""
+        """One event of this run (``uses``: invocation counts written in the same transaction;
+        ``durable``: written at once, by default for the types in :data:`DURABLE`)."""
         payload = {"root_run": self.ctx.root, "agent": self.agent_name, **(data or {})}
-        self.events.emit(
-            self.run_id, type_, payload, parent_id=self.parent_run, step=step, flush=type_ in DURABLE, uses=uses
-        )
+        flush = type_ in DURABLE if durable is None else durable
+        self.events.emit(self.run_id, type_, payload, parent_id=self.parent_run, step=step, flush=flush, uses=uses)
 
     def notice(self, kind: str, data: dict[str, Any]) -> None:
         """An event reported by an environment or a network action of this run (any thread), filed
@@ -147,7 +159,9 @@ class RunLog:
         self, client: ModelClient, model: str, messages: list[dict[str, Any]], stage: str, step: int
     ) -> ModelReply:
         """One model call without tools, recorded in this run (at ``step``) with tokens and cost."""
-        self.emit("model_request", self.request_event(client, model, messages=len(messages), stage=stage), step)
+        context = self.contexts.record(messages, None, {"model": model, **client.params}, stream=stage or "call")
+        request = self.request_event(client, model, messages=len(messages), stage=stage, context=context)
+        self.emit("model_request", request, step)
         reply = await client.complete(model, messages, defaults=self.model_defaults())
         self.count(reply)
         self.emit(

@@ -12,6 +12,7 @@ from tea_notebook.runtime.events import Event
 from tea_notebook.store.blobs import shorten
 
 if TYPE_CHECKING:
+    from tea_notebook.runtime.contexts import StepContext
     from tea_notebook.workspace import Workspace
 
 
@@ -31,6 +32,10 @@ class StepView:
     latency: float = 0.0
     replayed: bool = False
     errors: list[str] = field(default_factory=list)
+    #: what a fork changed at this step (``{"kind": "observation", "before": ..., "after": ...}``), if anything
+    edited: dict[str, Any] | None = None
+    #: how a fork took this step when not from the model ("actions edited", "re-executed live", ...)
+    note: str = ""
     #: ``(start, end)`` times of the step's tool calls (see :attr:`tool_time`)
     tool_spans: list[tuple[float, float]] = field(default_factory=list, repr=False)
 
@@ -79,6 +84,8 @@ class Trajectory:
     fork_step: int | None = None
     #: the run's folder (its files, todo.md), when it was loaded from a workspace
     folder: str | None = None
+    #: the workspace it was loaded from (to read stored model requests)
+    workspace: Any = field(default=None, repr=False, compare=False)
 
     @classmethod
     def load(cls, workspace: "Workspace", run_id: str) -> "Trajectory":
@@ -129,6 +136,8 @@ class Trajectory:
                 view.thinking, view.evaluation = d.get("thinking", ""), d.get("evaluation", "")
                 view.memory, view.next_goal = d.get("memory", ""), d.get("next_goal", "")
                 view.replayed = bool(d.get("replayed"))
+                view.edited = d.get("edited") or None
+                view.note = d.get("note", "")
                 if view.replayed or not view.actions:
                     done = {a["name"] for a in view.actions}
                     for tool, args, result in d.get("results", []):
@@ -175,7 +184,51 @@ class Trajectory:
             messages=messages,
             fork_step=row.get("fork_step"),
             folder=str(workspace.path / "runs" / row["id"]),
+            workspace=workspace,
         )
+
+    def find(self, run_id: str) -> "Trajectory":
+        """This run or the nested run ``run_id`` (an id prefix is enough)."""
+        if self.run_id.startswith(run_id):
+            return self
+        for child in self.children:
+            try:
+                return child.find(run_id)
+            except NotFoundError:
+                continue
+        raise NotFoundError(f"no run {run_id!r} in the trajectory of run {self.run_id}")
+
+    def context(self, step: int, *, stage: str = "", run: str | None = None) -> "StepContext":
+        """What the model saw at ``step``: the request as sent (after redaction), cut into parts with
+        their sizes and what changed since the previous step (``run``: a nested sub-agent run's id;
+        ``stage``: a call other than the step's own, e.g. ``"reconfigure"`` or ``"summary"``)."""
+        from tea_notebook.runtime.contexts import load_context
+
+        traj = self if run is None else self.find(run)
+        if traj.workspace is None:
+            raise NotFoundError("this trajectory was not loaded from a workspace: its stored requests cannot be read")
+        return load_context(traj.workspace, traj.run_id, step, stage)
+
+    @property
+    def resumed(self) -> bool:
+        """True when this run continues a stopped one (``ws.resume``) rather than forking it."""
+        started = next((e.data for e in self.events if e.type == "run_started"), {})
+        return bool(started.get("resumed_from"))
+
+    def lineage(self) -> str:
+        """Where this run came from, in words ("" for a run started afresh)."""
+        if not self.forked_from:
+            return ""
+        if self.resumed:
+            return f"resumed from {self.forked_from} after its step {self.fork_step}"
+        at = f" at step {self.fork_step}" if self.fork_step is not None else ""
+        return f"forked from {self.forked_from}{at}"
+
+    @property
+    def edit(self) -> dict[str, Any] | None:
+        """What this run's fork edited (its ``run_started`` record), or None."""
+        started = next((e.data for e in self.events if e.type == "run_started"), {})
+        return started.get("edit")
 
     @property
     def fork_unit(self) -> str | None:
@@ -240,7 +293,7 @@ class Trajectory:
             f"{indent}task: {shorten(self.task)}",
         ]
         if self.forked_from:
-            lines.append(f"{indent}forked from {self.forked_from}")
+            lines.append(f"{indent}{self.lineage()}")
         starts = {st.get("first_step"): st for st in self.stages}
         for s in self.steps:
             if s.number in starts:
@@ -250,6 +303,9 @@ class Trajectory:
                     f"[toolbox: {', '.join(st.get('toolbox', []))}]"
                 )
             tag = " (replayed)" if s.replayed else ""
+            tag += f" ({s.note})" if s.note else ""
+            if s.edited:
+                tag += f" (edited: {s.edited.get('kind')})"
             gist = shorten(s.next_goal or s.thinking or s.evaluation)
             lines.append(f"{indent}  step {s.number}{tag}: {gist}".rstrip())
             for a in s.actions:

@@ -24,14 +24,15 @@ import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, Iterator
 
 from tea_notebook.errors import NotFoundError, WorkspaceError
 from tea_notebook.redaction import redact
 from tea_notebook.store.blobs import build, clip
 from tea_notebook.store.blobs import digest as text_digest
+
+if TYPE_CHECKING:  # numpy loads when vectors are first touched, not with the workspace
+    import numpy as np
 
 FORMAT = "tea_notebook"
 SCHEMA_VERSION = 1
@@ -674,6 +675,37 @@ class Database:
         marks = ",".join("?" * len(run_ids))
         return self._read(f"SELECT * FROM events WHERE run_id IN ({marks}) ORDER BY seq", tuple(run_ids))
 
+    def fork_events(self, run_id: str, calls_from: int) -> list[tuple]:
+        """One run's own events as :meth:`events_of` gives them, for making a fork of it: without its
+        model requests, and with its model replies, tool calls and results only from step
+        ``calls_from`` on (the steps a fork takes again; the others replay from their ``step`` events)."""
+        return self._read(
+            "SELECT * FROM events WHERE run_id=? AND type != 'model_request' AND "
+            "(type NOT IN ('tool_call', 'tool_result', 'model_response') OR step >= ?) ORDER BY seq",
+            (run_id, calls_from),
+        )
+
+    def forks_of(self, run_ids: list[str]) -> list[dict]:
+        """The runs forked (or resumed) from any of ``run_ids``, oldest first."""
+        if not run_ids:
+            return []
+        marks = ",".join("?" * len(run_ids))
+        rows = self._read(
+            f"SELECT {_RUN_SELECT} FROM runs WHERE forked_from IN ({marks}) ORDER BY started", tuple(run_ids)
+        )
+        return [dict(zip(_RUN_COLUMNS, r)) for r in rows]
+
+    def run_events_of_type(self, run_ids: list[str], types: list[str]) -> list[tuple[str, str, int | None, str]]:
+        """``(run_id, type, step, data)`` of the events of some types of some runs (not nested), in order."""
+        if not run_ids:
+            return []
+        self_marks, type_marks = ",".join("?" * len(run_ids)), ",".join("?" * len(types))
+        return self._read(
+            f"SELECT run_id, type, step, data FROM events WHERE run_id IN ({self_marks}) AND type IN ({type_marks}) "
+            "ORDER BY seq",
+            (*run_ids, *types),
+        )
+
     def model_usage(self, run_ids: list[str]) -> tuple[int, int, float]:
         """Summed ``(prompt tokens, completion tokens, cost)`` of the model calls of some runs."""
         if not run_ids:
@@ -881,6 +913,8 @@ class Database:
     # -- embeddings ---------------------------------------------------------------------
     def get_vectors(self, embedder: str, text_hashes: list[str]) -> dict[str, np.ndarray]:
         """Cached embeddings for text hashes (missing ones are absent from the result)."""
+        import numpy as np
+
         out: dict[str, np.ndarray] = {}
         for start in range(0, len(text_hashes), 500):
             chunk = text_hashes[start : start + 500]
@@ -894,6 +928,8 @@ class Database:
 
     def put_vectors(self, embedder: str, vectors: dict[str, np.ndarray]) -> None:
         """Cache embeddings by text hash."""
+        import numpy as np
+
         with self.transaction() as cur:
             cur.executemany(
                 "INSERT OR REPLACE INTO embeddings VALUES (?,?,?,?)",

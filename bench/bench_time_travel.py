@@ -1,0 +1,645 @@
+"""Benchmarks of time travel (issue 22): stored contexts, forks and context views.
+
+    .venv/bin/python bench/bench_time_travel.py [--write] [--repeat 3] [--steps 10 100 1000]
+        [--cost-steps 200] [--cost-repeat 5] [--fork-steps 100 500 900] [--fork-repeat 5]
+        [--render-repeat 10] [--quick]
+
+Every run is the same scripted agent-loop run: native tool mode, the default memory budget
+(3,000 tokens, 4 recent steps: long runs fold their history into summaries), a ``lookup`` tool that
+returns 300 characters, model call i asks for ``lookup(key="k{i}")`` and the last one calls
+``done``. Each run has a fresh workspace (hashing embedder) in a fresh folder, after a warm-up run;
+configurations are interleaved (on/off order alternates between repeats). Figures are
+min / median / max over n runs; CPU time is ``time.process_time`` (every thread of the process),
+given beside wall time because the machine is shared.
+
+  1. Storage: bytes of tea.db per step with full contexts stored ("on") and with the recorder
+     switched off ("off": ``ContextRecorder.record`` not called and no ``context`` key in the
+     ``model_request`` event: the run as it was stored before issue 22), at each ``--steps``.
+     Two measures: the file's growth (``PRAGMA wal_checkpoint(TRUNCATE)`` before and after, so
+     every byte is in tea.db, pages included) and the logical bytes (events' ``data`` of the run +
+     the ``blobs`` rows written during it); and per table from SQLite's ``dbstat``.
+  2. The per-step cost of storing contexts: CPU and wall time per step of a ``--cost-steps`` run, on
+     vs off, and ``ContextRecorder.record`` alone per call (the requests of a real run replayed into a
+     fresh recorder, ``EventLog.keep`` stubbed).
+  3. Time to fork at step 900 of a 1,000-step run up to the first live model call (the fork's
+     scripted model notes ``time.perf_counter()`` when first called), beside forks at other steps.
+  4. Rendering a step's context: ``ws.trajectory(run).context(900)`` (loads the whole trajectory),
+     ``load_context(ws, run, 900)`` (reads only the run's ``model_request`` events) and
+     ``StepContext._repr_html_()``.
+
+With --write the figures replace the "Time travel" section of docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import functools
+import gc
+import io
+import json
+import os
+import pstats
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from _common import machine, parse_args, publish  # noqa: E402
+
+import tea_notebook  # noqa: E402
+from tea_notebook._sync import run_sync  # noqa: E402
+from tea_notebook.models.offline import ScriptedModel, call  # noqa: E402
+from tea_notebook.runtime import contexts as contexts_mod  # noqa: E402
+from tea_notebook.runtime.contexts import ContextRecorder  # noqa: E402
+from tea_notebook.runtime.runlog import RunLog  # noqa: E402
+
+DATE = "2026-11-26"
+PROFILING = False  # no gc.collect() inside a profiled call (it would top the profile)
+TASK = "Look up the keys k1, k2, k3, ... one at a time with the lookup tool, then report that you are done."
+FILLER = "lorem ipsum dolor sit amet, consectetur adipiscing elit; " * 8
+OBSERVATION_CHARS = 300
+STORAGE_RATIO_TARGET = 2.0  # on / off bytes per step at the longest run
+FORK_TARGET_MS = 200.0
+RENDER_TARGET_MS = 50.0
+
+
+def lookup_value(key: str) -> str:
+    """The tool's answer: 300 characters."""
+    return (f"value of {key}: " + FILLER)[:OBSERVATION_CHARS]
+
+
+# -- switching the recorder off -------------------------------------------------------------------
+class RecorderOff:
+    """Within: no context is recorded and the ``model_request`` event has no ``context`` key (the
+    event as it was before stored contexts)."""
+
+    def __enter__(self) -> "RecorderOff":
+        self._record, self._request = ContextRecorder.record, RunLog.request_event
+        original = self._request
+
+        def request_event(run: RunLog, client: Any, model: str, **data: Any) -> dict[str, Any]:
+            if data.get("context", 0) is None:
+                del data["context"]
+            return original(run, client, model, **data)
+
+        ContextRecorder.record = lambda self, *a, **k: None  # type: ignore[method-assign]
+        RunLog.request_event = request_event  # type: ignore[method-assign]
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        ContextRecorder.record = self._record  # type: ignore[method-assign]
+        RunLog.request_event = self._request  # type: ignore[method-assign]
+
+
+# -- one run ----------------------------------------------------------------------------------------
+def new_workspace(base: Path, name: str) -> Any:
+    ws = tea_notebook.Workspace(base / name, embedder="hashing")
+
+    @ws.tools.tool
+    def lookup(key: str) -> str:
+        """Look up the value of a key."""
+        return lookup_value(key)
+
+    return ws
+
+
+def checkpoint(ws: Any) -> int:
+    """Flush the workspace's events, move the WAL into tea.db and return the file's size."""
+    ws.events.flush()
+    with ws.db._lock:
+        ws.db._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    wal = ws.db.path.with_name(ws.db.path.name + "-wal")
+    return ws.db.path.stat().st_size + (wal.stat().st_size if wal.exists() else 0)
+
+
+def table_bytes(ws: Any) -> dict[str, int]:
+    """Bytes of each table and index of tea.db (SQLite's dbstat, whole pages)."""
+    rows = ws.db._read("SELECT name, sum(pgsize) FROM dbstat GROUP BY name")
+    return {name: int(size) for name, size in rows}
+
+
+def one_run(base: Path, steps: int, on: bool, *, keep: bool = False, hook: Callable | None = None) -> dict[str, Any]:
+    """A ``steps``-step run in a fresh workspace: its time, CPU and the bytes it added to tea.db."""
+    name = f"ws-{steps}-{'on' if on else 'off'}-{time.monotonic_ns()}"
+    ws = new_workspace(base, name)
+    script = ScriptedModel(
+        [call("lookup", key=f"k{i}") for i in range(1, steps)] + [call("done", success=True, text="all looked up")]
+    )
+    agent = ws.agent("looker", model=script.name, tools=["lookup"], max_steps=steps, tool_mode="native")
+    size0, tables0 = checkpoint(ws), table_bytes(ws)
+    blobs0 = ws.db._read(
+        "SELECT coalesce(sum(length(data)), 0) + coalesce(sum(length(recipe)), 0), count(*) FROM blobs"
+    )[0]
+    if not PROFILING:
+        gc.collect()
+    switch = None if on else RecorderOff()
+    if switch:
+        switch.__enter__()
+    try:
+        t0, c0 = time.perf_counter(), time.process_time()
+        result = agent.run_sync(TASK) if hook is None else hook(agent)
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    finally:
+        if switch:
+            switch.__exit__()
+    assert result.success and result.steps == steps, (result.status, result.steps)
+    size1, tables1 = checkpoint(ws), table_bytes(ws)
+    events, event_bytes = ws.db._read(
+        "SELECT count(*), coalesce(sum(length(data)), 0) FROM events WHERE run_id=?", (result.run_id,)
+    )[0]
+    blobs1 = ws.db._read(
+        "SELECT coalesce(sum(length(data)), 0) + coalesce(sum(length(recipe)), 0), count(*) FROM blobs"
+    )[0]
+    contexts = ws.db._read(
+        "SELECT coalesce(sum(length(json_extract(data, '$.context'))), 0) FROM events WHERE run_id=? AND type='model_request'",
+        (result.run_id,),
+    )[0][0]
+    folds = ws.db._read("SELECT count(*) FROM events WHERE run_id=? AND type='memory_written'", (result.run_id,))[0][0]
+    out = {
+        "steps": steps,
+        "on": on,
+        "wall": wall,
+        "cpu": cpu,
+        "file_bytes": size1 - size0,
+        "event_bytes": event_bytes,
+        "context_bytes": contexts,
+        "blob_bytes": blobs1[0] - blobs0[0],
+        "blob_rows": blobs1[1] - blobs0[1],
+        "events": events,
+        "folds": folds,
+        "tables": {k: tables1.get(k, 0) - tables0.get(k, 0) for k in set(tables0) | set(tables1)},
+        "run_id": result.run_id,
+    }
+    if keep:
+        out["ws"] = ws
+    else:
+        ws.close() if hasattr(ws, "close") else None
+        shutil.rmtree(base / name, ignore_errors=True)
+    return out
+
+
+def stats(values: list[float], scale: float = 1.0, fmt: str = "{:.2f}") -> str:
+    """``median (min–max)`` of values times ``scale``."""
+    v = sorted(x * scale for x in values)
+    return f"{fmt.format(statistics.median(v))} ({fmt.format(v[0])}–{fmt.format(v[-1])})"
+
+
+def ok(flag: bool) -> str:
+    return "met" if flag else "**not met**"
+
+
+# -- 1 and 2: storage and per-step cost -----------------------------------------------------------
+def storage(base: Path, steps: list[int], repeat: int) -> tuple[dict[tuple[int, bool], list[dict]], Any]:
+    """Every size, on and off, interleaved; keeps the workspace of the last longest "on" run."""
+    runs: dict[tuple[int, bool], list[dict]] = {}
+    kept = None
+    for rep in range(repeat):
+        for n in steps:
+            for on in (True, False) if rep % 2 == 0 else (False, True):
+                keep = on and n == max(steps) and rep == repeat - 1
+                r = one_run(base, n, on, keep=keep)
+                if keep:
+                    kept = r
+                runs.setdefault((n, on), []).append(r)
+                print(
+                    f"  storage: {n} steps, {'on ' if on else 'off'}: {r['file_bytes'] / n:,.0f} B/step (file), "
+                    f"{r['wall']:.1f} s, cpu {r['cpu']:.1f} s",
+                    flush=True,
+                )
+    return runs, kept
+
+
+def capture_requests(base: Path, steps: int) -> tuple[list[tuple], list[float], dict]:
+    """The arguments of every ``ContextRecorder.record`` call of a run (and each call's time there)."""
+    captured: list[tuple] = []
+    timed: list[float] = []
+    original = ContextRecorder.record
+
+    def record(self: ContextRecorder, messages: Any, tools: Any = None, params: Any = None, stream: str = "") -> Any:
+        captured.append(json.loads(json.dumps([messages, tools, params, stream], default=str)))
+        t = time.perf_counter()
+        out = original(self, messages, tools, params, stream)
+        timed.append(time.perf_counter() - t)
+        return out
+
+    ContextRecorder.record = record  # type: ignore[method-assign]
+    try:
+        r = one_run(base, steps, True)
+    finally:
+        ContextRecorder.record = original  # type: ignore[method-assign]
+    return captured, timed, r
+
+
+class _Keep:
+    def __init__(self) -> None:
+        self.kept: dict[str, str] = {}
+
+    def keep(self, texts: dict[str, str]) -> None:
+        for k, v in texts.items():
+            self.kept.setdefault(k, v)
+
+
+def replay_record(captured: list[tuple], repeat: int) -> tuple[list[float], list[float], list[float]]:
+    """``ContextRecorder.record`` alone: each captured request into a fresh recorder, in order.
+    Returns per-call wall times (all calls of all repeats), per-run CPU per call and wall per call."""
+    per_call: list[float] = []
+    run_cpu: list[float] = []
+    run_wall: list[float] = []
+    for _ in range(repeat):
+        recorder = ContextRecorder(_Keep())  # type: ignore[arg-type]
+        if not PROFILING:
+            gc.collect()
+        c0, t0 = time.process_time(), time.perf_counter()
+        for messages, tools, params, stream in captured:
+            t = time.perf_counter()
+            recorder.record(messages, tools, params, stream)
+            per_call.append(time.perf_counter() - t)
+        run_cpu.append((time.process_time() - c0) / len(captured))
+        run_wall.append((time.perf_counter() - t0) / len(captured))
+    return per_call, run_cpu, run_wall
+
+
+def profile_top(fn: Callable[[], Any], limit: int = 14, sort: str = "tottime") -> str:
+    """The top of a cProfile of ``fn`` (which must run on this thread: see :func:`on_this_thread`)."""
+    global PROFILING
+    prof = cProfile.Profile()
+    PROFILING = True
+    prof.enable()
+    try:
+        fn()
+    finally:
+        prof.disable()
+        PROFILING = False
+    out = io.StringIO()
+    pstats.Stats(prof, stream=out).strip_dirs().sort_stats(sort).print_stats(limit)
+    lines = [line for line in out.getvalue().splitlines() if line.strip()]
+    start = next((i for i, line in enumerate(lines) if "ncalls" in line), 0)
+    return "\n".join(lines[start : start + limit + 1])
+
+
+class on_this_thread:
+    """Within: ``run_sync`` runs coroutines on an event loop of this thread (cProfile sees one thread
+    only; the library runs them on its background loop's thread)."""
+
+    def __enter__(self) -> "on_this_thread":
+        global run_sync
+        self.loop = asyncio.new_event_loop()
+        self._ours, run_sync = run_sync, self.loop.run_until_complete
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        global run_sync
+        run_sync = self._ours
+        self.loop.close()
+
+
+def history_blobs(ws: Any) -> dict[str, float]:
+    """The kept history blocks (``<step_N>`` parts) of a workspace: how many per step, and their bytes."""
+    rows = ws.db._read("SELECT size, substr(CAST(data AS TEXT), 1, 16) FROM blobs WHERE data IS NOT NULL")
+    steps: dict[str, int] = {}
+    size = 0
+    for n, head in rows:
+        if head.startswith("<step_"):
+            key = head.split(">", 1)[0]
+            steps[key] = steps.get(key, 0) + 1
+            size += n
+    count = sum(steps.values())
+    return {"per_step": count / max(1, len(steps)), "bytes": size, "blobs": count, "steps": len(steps)}
+
+
+def event_cost(ws: Any, run_id: str, repeat: int) -> dict[bool, list[float]]:
+    """CPU per ``model_request`` event of what ``EventLog.emit`` does to its data (redaction,
+    clipping, JSON), with and without its ``context`` record (the run's stored events, replayed)."""
+    from tea_notebook.redaction import redact
+    from tea_notebook.store.blobs import clip_value
+
+    datas = [json.loads(d) for *_, d in ws.db.run_events_of_type([run_id], ["model_request"])]
+    out: dict[bool, list[float]] = {True: [], False: []}
+    for _ in range(repeat):
+        for with_context in (True, False):
+            ds = datas if with_context else [{k: v for k, v in d.items() if k != "context"} for d in datas]
+            c0 = time.process_time()
+            for d in ds:
+                json.dumps(clip_value(redact(d), {}))
+            out[with_context].append((time.process_time() - c0) / len(ds))
+    return out
+
+
+# -- 3: forks ---------------------------------------------------------------------------------------
+def fork_parts(ws: Any, run_id: str, step: int, repeat: int) -> dict[str, list[float]]:
+    """Where a fork's CPU time goes up to its first model call: reading the run's events, the plan,
+    and writing (emit: redaction, clipping, JSON; flush: the transactions), each timed by a wrapper."""
+    import tea_notebook.agents.forks as forks_mod
+    from tea_notebook.runtime.events import EventLog
+
+    acc: dict[str, float] = {}
+    depth = {"n": 0}
+
+    def timed(name: str, fn: Callable) -> Callable:
+        @functools.wraps(fn)
+        def wrapper(*a: Any, **k: Any) -> Any:
+            depth["n"] += 1
+            c = time.process_time()
+            try:
+                return fn(*a, **k)
+            finally:
+                depth["n"] -= 1
+                acc[name] = acc.get(name, 0.0) + time.process_time() - c
+
+        return wrapper
+
+    saved = (EventLog.events, forks_mod.plan_fork, EventLog.emit, EventLog.flush)
+    EventLog.events = timed("read the run's events (EventLog.events)", EventLog.events)  # type: ignore[method-assign]
+    forks_mod.plan_fork = timed("plan_fork", forks_mod.plan_fork)
+    EventLog.emit = timed("emit (incl. flush)", EventLog.emit)  # type: ignore[method-assign]
+    EventLog.flush = timed("flush (transactions)", EventLog.flush)  # type: ignore[method-assign]
+    out: dict[str, list[float]] = {}
+    try:
+        for _ in range(repeat):
+            acc.clear()
+            first: dict[str, Any] = {}
+
+            def model(messages: Any, tools: Any, first: dict[str, Any] = first) -> Any:
+                if not first:
+                    first["c"], first["parts"] = time.process_time(), dict(acc)
+                return call("done", success=True, text="forked")
+
+            script = ScriptedModel(model)
+            gc.collect()
+            c0 = time.process_time()
+            run_sync(ws.fork(run_id, step, model=script.name))
+            out.setdefault("to the first model call", []).append(first["c"] - c0)
+            for k, v in first["parts"].items():
+                out.setdefault(k, []).append(v)
+    finally:
+        EventLog.events, forks_mod.plan_fork, EventLog.emit, EventLog.flush = saved  # type: ignore[method-assign]
+    return out
+
+
+def fork_once(ws: Any, run_id: str, step: int) -> dict[str, float]:
+    first: dict[str, float] = {}
+
+    def model(messages: Any, tools: Any) -> Any:
+        if not first:
+            first["t"], first["c"] = time.perf_counter(), time.process_time()
+        return call("done", success=True, text="forked")
+
+    script = ScriptedModel(model)
+    if not PROFILING:
+        gc.collect()
+    t0, c0 = time.perf_counter(), time.process_time()
+    forked = run_sync(ws.fork(run_id, step, model=script.name))
+    t_end = time.perf_counter()
+    assert forked.success and first, forked.status
+    return {"wall": first["t"] - t0, "cpu": first["c"] - c0, "total": t_end - t0}
+
+
+# -- 4: rendering -----------------------------------------------------------------------------------
+def render_configs(ws: Any, run_id: str, step: int) -> dict[str, Callable[[], Any]]:
+    configs: dict[str, Callable[[], Any]] = {
+        "ws.trajectory(run).context(step)": lambda: ws.trajectory(run_id).context(step),
+    }
+    load_context = getattr(contexts_mod, "load_context", None)
+    if load_context is not None:
+        configs["load_context(ws, run, step)"] = lambda: load_context(ws, run_id, step)
+    ctx = (load_context or (lambda w, r, s: w.trajectory(r).context(s)))(ws, run_id, step)
+    if load_context is not None:  # the fast path rebuilds exactly what the trajectory's path does
+        assert ctx.to_dict() == ws.trajectory(run_id).context(step).to_dict()
+    configs["StepContext._repr_html_()"] = ctx._repr_html_
+    configs["StepContext.to_dict()"] = ctx.to_dict
+    return configs
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--write", action="store_true", help="write the figures into docs/benchmarks.md")
+    parser.add_argument("--repeat", type=int, default=3, help="runs of each size and mode (storage)")
+    parser.add_argument("--steps", type=int, nargs="+", default=[10, 100, 1000])
+    parser.add_argument("--cost-steps", type=int, default=200)
+    parser.add_argument("--cost-repeat", type=int, default=5)
+    parser.add_argument("--fork-steps", type=int, nargs="+", default=[100, 500, 900])
+    parser.add_argument("--fork-repeat", type=int, default=5)
+    parser.add_argument("--render-repeat", type=int, default=10)
+    parser.add_argument("--profile", action="store_true", help="print cProfile tops of a run, a fork and a render")
+    args = parse_args(
+        parser, repeat=1, steps=[5, 20], cost_steps=8, cost_repeat=1, fork_steps=[3, 18], fork_repeat=1, render_repeat=1
+    )
+    steps = sorted(args.steps)
+    longest = steps[-1]
+    fork_steps = [s for s in args.fork_steps if s < longest]
+    view_step = max(fork_steps) if fork_steps else max(1, longest - 1)
+    command = "`.venv/bin/python bench/bench_time_travel.py" + (" --write`" if args.write else "`")
+    with tempfile.TemporaryDirectory(prefix="tea-bench-tt-") as tmp:
+        base = Path(tmp)
+        print("warm-up run", flush=True)
+        one_run(base, min(steps[0], 10), True)
+        one_run(base, min(steps[0], 10), False)
+
+        # 2 first (short runs, the machine's state closest for on and off)
+        print(f"per-step cost: {args.cost_steps}-step runs, on/off interleaved", flush=True)
+        cost: dict[bool, list[dict]] = {True: [], False: []}
+        for rep in range(args.cost_repeat):
+            for on in (True, False) if rep % 2 == 0 else (False, True):
+                cost[on].append(one_run(base, args.cost_steps, on))
+        captured, in_run, _ = capture_requests(base, args.cost_steps)
+        per_call, replay_cpu, replay_wall = replay_record(captured, max(1, args.cost_repeat))
+
+        print("storage", flush=True)
+        runs, kept = storage(base, steps, args.repeat)
+        ws, run_id = kept["ws"], kept["run_id"]
+
+        print(f"render: step {view_step} of the {longest}-step run", flush=True)
+        configs = render_configs(ws, run_id, view_step)
+        render: dict[str, list[tuple[float, float]]] = {k: [] for k in configs}
+        for rep in range(args.render_repeat):
+            order = list(configs.items()) if rep % 2 == 0 else list(reversed(configs.items()))
+            for name, fn in order:
+                gc.collect()
+                t0, c0 = time.perf_counter(), time.process_time()
+                fn()
+                render[name].append((time.perf_counter() - t0, time.process_time() - c0))
+        ctx = configs["StepContext._repr_html_()"].__self__
+        html_chars = len(ctx._repr_html_())
+
+        print(f"forks of the {longest}-step run at steps {fork_steps}", flush=True)
+        forks: dict[int, list[dict[str, float]]] = {s: [] for s in fork_steps}
+        for rep in range(args.fork_repeat):
+            for s in fork_steps if rep % 2 == 0 else list(reversed(fork_steps)):
+                forks[s].append(fork_once(ws, run_id, s))
+                print(f"  fork at {s}: {forks[s][-1]['wall'] * 1000:.0f} ms to the first model call", flush=True)
+
+        parts = fork_parts(ws, run_id, view_step, args.fork_repeat) if fork_steps else {}
+        emit_cost = event_cost(ws, run_id, max(1, args.cost_repeat))
+        history = history_blobs(ws)
+
+        profiles: dict[str, str] = {}
+        if args.profile:
+            with on_this_thread() as here:
+                profiles[f"a {args.cost_steps}-step run, contexts on (tottime)"] = profile_top(
+                    lambda: one_run(
+                        base, args.cost_steps, True, hook=lambda a: here.loop.run_until_complete(a.run(TASK))
+                    ),
+                    limit=30,
+                )
+                profiles[f"fork at {view_step} (tottime)"] = profile_top(
+                    lambda: fork_once(ws, run_id, view_step), limit=30
+                )
+            profiles["ContextRecorder.record replayed (tottime)"] = profile_top(lambda: replay_record(captured, 1))
+            profiles[f"ws.trajectory(run).context({view_step}) (cumulative)"] = profile_top(
+                configs["ws.trajectory(run).context(step)"], limit=20, sort="cumulative"
+            )
+            if "load_context(ws, run, step)" in configs:
+                profiles[f"load_context(ws, run, {view_step}) (cumulative)"] = profile_top(
+                    configs["load_context(ws, run, step)"], limit=20, sort="cumulative"
+                )
+        ws.close() if hasattr(ws, "close") else None
+
+    # -- the section ---------------------------------------------------------------------------
+    lines = [
+        "## Time travel: stored contexts, forks and context views",
+        "",
+        f"{command}, {DATE}; {machine()}; the machine was shared with other work, so CPU time "
+        "(`time.process_time`, every thread) is given beside wall time. Every run: the same scripted agent-loop "
+        f"run in a fresh workspace, native tool mode, default memory budget (3,000 tokens, 4 recent steps), a tool "
+        f"returning {OBSERVATION_CHARS} characters; configurations interleaved; figures are median (min–max) over n runs. "
+        '"on": every model request stored (issue 22); "off": `ContextRecorder.record` switched off and no `context` '
+        "key in the `model_request` event, i.e. the run as stored before issue 22.",
+        "",
+        "**Bytes stored per step** (tea.db's growth over the run after `PRAGMA wal_checkpoint(TRUNCATE)`, "
+        "whole pages; logical: the run's events' `data` + the `blobs` rows it added):",
+        "",
+        "| steps | n | on: file B/step | off: file B/step | on / off | on: logical B/step (events + blobs) | "
+        "off: logical B/step | contexts' records B/step | memory folds | CPU ms/step on | CPU ms/step off |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    ratio_at: dict[int, float] = {}
+    per_step_on: dict[int, float] = {}
+    for n in steps:
+        on, off = runs[(n, True)], runs[(n, False)]
+        fon = [r["file_bytes"] / n for r in on]
+        foff = [r["file_bytes"] / n for r in off]
+        ratio_at[n] = statistics.median(fon) / statistics.median(foff)
+        per_step_on[n] = statistics.median(fon)
+        lon = [(r["event_bytes"] + r["blob_bytes"]) / n for r in on]
+        loff = [(r["event_bytes"] + r["blob_bytes"]) / n for r in off]
+        lines.append(
+            f"| {n:,} | {len(on)} | {stats(fon, fmt='{:,.0f}')} | {stats(foff, fmt='{:,.0f}')} | {ratio_at[n]:.2f}× | "
+            f"{stats(lon, fmt='{:,.0f}')} ({statistics.median([r['event_bytes'] for r in on]) / n:,.0f} + "
+            f"{statistics.median([r['blob_bytes'] for r in on]) / n:,.0f}) | {stats(loff, fmt='{:,.0f}')} | "
+            f"{statistics.median([r['context_bytes'] for r in on]) / n:,.0f} | {on[0]['folds']} | "
+            f"{stats([r['cpu'] / n for r in on], 1000)} | {stats([r['cpu'] / n for r in off], 1000)} |"
+        )
+    big_on, big_off = runs[(longest, True)][0], runs[(longest, False)][0]
+    names = sorted(set(big_on["tables"]) | set(big_off["tables"]), key=lambda k: -big_on["tables"].get(k, 0))
+    lines += [
+        "",
+        f"Where the bytes of one {longest:,}-step run go (dbstat, bytes per step, on / off): "
+        + "; ".join(
+            f"`{k}` {big_on['tables'].get(k, 0) / longest:,.0f} / {big_off['tables'].get(k, 0) / longest:,.0f}"
+            for k in names
+            if big_on["tables"].get(k, 0) or big_off["tables"].get(k, 0)
+        )
+        + f". History blocks kept: {history['blobs']:,} blobs for {history['steps']:,} steps "
+        f"({history['per_step']:.2f} per step, {history['bytes'] / max(1, history['steps']):,.0f} B per step): a block is "
+        "kept once with its trailing newline and once without (as the last block before `</agent_history>` or "
+        "`<summaries>`), because the cuts fall before `\\n</agent_history>` / `\\n<summaries>`.",
+        "",
+    ]
+    mid = [n for n in steps if n >= 100] if sum(n >= 100 for n in steps) > 1 else steps[-2:]
+    linear = max(per_step_on[n] for n in mid) / min(per_step_on[n] for n in mid) if len(mid) > 1 else float("nan")
+    lines += [
+        f"Targets: linear (bytes per step with contexts on, {' vs '.join(f'{n:,}' for n in mid)} steps: "
+        f"{linear:.2f}× apart) — {ok(linear <= 1.5)}; ≤ {STORAGE_RATIO_TARGET:.0f}× today's bytes per step at "
+        f"{longest:,} steps ({ratio_at[longest]:.2f}×) — {ok(ratio_at[longest] <= STORAGE_RATIO_TARGET)}.",
+        "",
+        f"**Per-step cost of storing contexts** ({args.cost_steps}-step runs, on/off interleaved, n = "
+        f"{len(cost[True])} each):",
+        "",
+        "| | CPU ms/step | wall ms/step |",
+        "|---|---|---|",
+    ]
+    cpu_on = [r["cpu"] / r["steps"] for r in cost[True]]
+    cpu_off = [r["cpu"] / r["steps"] for r in cost[False]]
+    for label, rs in (("on", cost[True]), ("off", cost[False])):
+        lines.append(
+            f"| {label} | {stats([r['cpu'] / r['steps'] for r in rs], 1000)} | {stats([r['wall'] / r['steps'] for r in rs], 1000)} |"
+        )
+    lines += [
+        f"| on − off (medians) | {1000 * (statistics.median(cpu_on) - statistics.median(cpu_off)):+.2f} | "
+        f"{1000 * (statistics.median([r['wall'] / r['steps'] for r in cost[True]]) - statistics.median([r['wall'] / r['steps'] for r in cost[False]])):+.2f} |",
+        "",
+        f"`ContextRecorder.record` alone (the {len(captured)} requests of a {args.cost_steps}-step run replayed into a "
+        f"fresh recorder, {max(1, args.cost_repeat)} times): {stats(per_call, 1000, '{:.3f}')} ms per call "
+        f"(n = {len(per_call)} calls); CPU per call over a whole replay {stats(replay_cpu, 1000, '{:.3f}')} ms "
+        f"(n = {len(replay_cpu)}); inside a live run {stats(in_run, 1000, '{:.3f}')} ms per call (n = {len(in_run)}). "
+        "What `EventLog.emit` does to a `model_request` event's data (redaction, clipping, JSON), CPU per event over "
+        f"the {longest:,} events of the kept run: {stats(emit_cost[True], 1000, '{:.3f}')} ms with its context record, "
+        f"{stats(emit_cost[False], 1000, '{:.3f}')} ms without (n = {len(emit_cost[True])}). The tool's argument is "
+        'named `key`, so every new history block holds `"key":` and redaction scans it for key-value secrets.',
+        "",
+        f"**Time to fork** a {longest:,}-step run (from `await ws.fork(run, step, model=...)` to the fork's first "
+        "live model call; fork's own scripted model):",
+        "",
+        "| fork at step | n | wall ms | CPU ms | whole fork (to its end) ms |",
+        "|---|---|---|---|---|",
+    ]
+    for s in fork_steps:
+        f = forks[s]
+        lines.append(
+            f"| {s:,} | {len(f)} | {stats([x['wall'] for x in f], 1000, '{:.0f}')} | "
+            f"{stats([x['cpu'] for x in f], 1000, '{:.0f}')} | {stats([x['total'] for x in f], 1000, '{:.0f}')} |"
+        )
+    if fork_steps:
+        fork_ms = statistics.median(x["wall"] for x in forks[view_step]) * 1000
+        fork_cpu_ms = statistics.median(x["cpu"] for x in forks[view_step]) * 1000
+        lines += [
+            "",
+            f"Target < {FORK_TARGET_MS:.0f} ms at step {view_step}: median {fork_ms:.0f} ms wall, "
+            f"{fork_cpu_ms:.0f} ms CPU — {ok(fork_ms < FORK_TARGET_MS)}.",
+        ]
+        lines += [
+            "",
+            f"Where a fork at step {view_step} spends its CPU up to the first model call (each piece timed by a "
+            f"wrapper in separate forks, n = {len(parts['to the first model call'])}; emit includes flush): "
+            + "; ".join(f"{k} {stats(v, 1000, '{:.0f}')} ms" for k, v in parts.items())
+            + ".",
+        ]
+    lines += [
+        "",
+        f"**Rendering the context of step {view_step}** of the {longest:,}-step run ({ctx.chars:,} characters in "
+        f"{len(ctx.parts)} parts; HTML {html_chars:,} characters; n = {args.render_repeat} each, interleaved):",
+        "",
+        "| call | wall ms | CPU ms |",
+        "|---|---|---|",
+    ]
+    for name, samples in render.items():
+        lines.append(f"| `{name}` | {stats([s[0] for s in samples], 1000)} | {stats([s[1] for s in samples], 1000)} |")
+    full = statistics.median(s[0] for s in render["ws.trajectory(run).context(step)"]) * 1000
+    html_ms = statistics.median(s[0] for s in render["StepContext._repr_html_()"]) * 1000
+    fast = render.get("load_context(ws, run, step)")
+    fast_ms = statistics.median(s[0] for s in fast) * 1000 if fast else None
+    verdict = (
+        f"Target < {RENDER_TARGET_MS:.0f} ms (rebuild + HTML): through the whole trajectory {full + html_ms:.0f} ms — "
+        f"{ok(full + html_ms < RENDER_TARGET_MS)}"
+    )
+    if fast_ms is not None:
+        verdict += f"; through `load_context` {fast_ms + html_ms:.0f} ms — {ok(fast_ms + html_ms < RENDER_TARGET_MS)}"
+    lines += ["", verdict + "."]
+    publish("\n".join(lines) + "\n", args.write)
+    for title, text in profiles.items():
+        print(f"\n-- profile: {title}\n{text}")
+
+
+if __name__ == "__main__":
+    main()

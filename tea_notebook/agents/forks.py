@@ -1,0 +1,364 @@
+"""``ws.fork`` and ``ws.resume``: new runs that start from a stored one.
+
+An agent loop's run is forked at a step (:mod:`tea_notebook.runtime.forking` makes the plan); a
+sub-agent's run is forked by forking its parent at the step that called it, the call continuing
+with the sub-agent's fork (and so on up to the run a person started); a CORAL team's run at a
+message; a ToolSelf run at a stage. Every check happens before the new run is written.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from tea_notebook.runtime.forking import Edit, ForkError, ForkPlan, StepOverride, plan_fork, plan_resume, stored_steps
+
+if TYPE_CHECKING:
+    from tea_notebook.protocol.context import Context
+    from tea_notebook.runtime.agent import RunResult
+    from tea_notebook.runtime.events import Event
+    from tea_notebook.workspace import Workspace
+
+
+def _row(ws: "Workspace", run_id: str) -> dict[str, Any]:
+    row = ws.db.run_row(run_id)
+    if row is None:
+        raise ForkError(f"no run {run_id!r} in {ws.path}")
+    if row["status"] == "running":
+        raise ForkError(
+            f"run {row['id']} is still running: wait for it to end (or stop it) before forking or resuming it"
+        )
+    return row
+
+
+def _tool_name(agent: str) -> str:
+    return agent if agent.endswith("agent") else f"{agent}_agent"
+
+
+def action_checker(ws: "Workspace", runner: Any) -> Any:
+    """``check(name, arguments)``: what is wrong with an edited action for ``runner`` (an agent), or None."""
+    from tea_notebook.protocol.schema import arguments_problem
+    from tea_notebook.runtime.agent import TODO_SCHEMA
+    from tea_notebook.runtime.prompts import DONE_SCHEMA
+
+    controls = {"done": DONE_SCHEMA}
+    if getattr(runner, "todo", False):
+        controls["todo"] = TODO_SCHEMA
+    subs = {_tool_name(s) for s in getattr(runner, "sub_agents", []) or []}
+    named = getattr(runner, "tools", None)
+
+    def check(name: str, args: Any) -> str | None:
+        if name in controls:
+            return arguments_problem(controls[name], args)
+        allowed = (set(named) | subs) if named is not None else None
+        if (allowed is not None and name not in allowed) or name not in ws.tools:
+            offered = sorted((allowed or set()) | set(controls)) if allowed is not None else None
+            listing = f"; it has: {', '.join(offered)}" if offered else " (no such tool is registered)"
+            return f"agent {runner.name!r} has no tool {name!r}{listing}"
+        return arguments_problem(ws.tools.get(name).parameters or {"type": "object"}, args)
+
+    return check
+
+
+async def fork_run(
+    ws: "Workspace",
+    run_id: str,
+    step: int | None = None,
+    *,
+    edit: Any = None,
+    stage: int | None = None,
+    rerun_from: int | None = None,
+    model: str | None = None,
+    agent: Any = None,
+    task: str | None = None,
+    context: "Context | None" = None,
+    raise_on_error: bool = True,
+) -> "RunResult":
+    """See :meth:`tea_notebook.workspace.Workspace.fork`."""
+    from tea_notebook.runtime.events import Event
+    from tea_notebook.runtime.trajectory import fork_unit
+
+    row = _row(ws, run_id)
+    change = Edit.of(edit)
+    if stage is None and not row["parent_id"] and isinstance(step, int) and not isinstance(step, bool):
+        # a long run's fork reads only what it replays (its step events) and the steps it takes again
+        ws.events.flush()
+        again = min(step, rerun_from) if isinstance(rerun_from, int) and not isinstance(rerun_from, bool) else step
+        events = [Event.from_row(r) for r in ws.db.fork_events(row["id"], again)]
+    else:
+        events = ws.events.events(row["id"], nested=False)
+    unit = fork_unit(events)
+    if stage is not None:
+        if unit != "stages":
+            raise ForkError(f"run {row['id']} ({row['agent']}) has no stages: fork it by step")
+        return await _fork_stage(ws, row, events, stage, change, model, agent, task, context, raise_on_error)
+    if step is None:
+        raise ForkError("say where to fork: step=N (for a CORAL team, the message number; for ToolSelf, stage=K)")
+    if row["parent_id"] and unit == "steps":
+        if agent is not None or task is not None:
+            raise ForkError(
+                "a sub-agent's run is forked with its parent's agents and task: agent= and task= do not apply"
+            )
+        return await _fork_nested(ws, row, events, step, change, rerun_from, model, context, raise_on_error)
+    if unit is None or (unit == "stages" and step is not None):
+        what = (
+            "a ToolSelf run is forked at a stage (stage=K)"
+            if unit == "stages"
+            else (
+                "forking replays an agent loop's steps, a CORAL team's messages or a ToolSelf run's stages "
+                "(not a workflow agent's rounds, nor a team member's run: fork its team)"
+            )
+        )
+        raise ForkError(f"run {row['id']} ({row['agent']}) cannot be forked by step: {what}")
+    from tea_notebook.agents.kinds import build
+
+    runner = agent or build(ws, row["agent"])
+    options: dict[str, Any] = {
+        "model": model or row["model"] or None,  # the run's own model, not today's default
+        "context": context,
+        "raise_on_error": raise_on_error,
+        "_fork": (row["id"], step),
+    }
+    if unit == "messages":
+        return await _fork_messages(runner, row, events, step, change, task, options)
+    if rerun_from is not None and not hasattr(runner, "_new_run"):
+        raise ForkError(f"run {row['id']} cannot be forked: its agent {row['agent']!r} is no agent loop now")
+    if not hasattr(runner, "_new_run"):
+        raise ForkError(f"run {row['id']} cannot be forked: its agent {row['agent']!r} is no agent loop now")
+    plan = plan_fork(events, row["id"], step, change, rerun_from=rerun_from, check_action=action_checker(ws, runner))
+    started = _started(events)
+    if started.get("max_steps"):
+        options["max_steps"] = max(started["max_steps"], plan.last_step + 1)
+    return await runner.run(task or row["task"], _replay=plan, **options)
+
+
+def _started(events: list["Event"]) -> dict[str, Any]:
+    return next((e.data for e in events if e.type == "run_started"), {})
+
+
+async def _fork_messages(
+    runner: Any, row: dict, events: list["Event"], step: int, change: Edit | None, task: str | None, options: dict
+) -> "RunResult":
+    """A CORAL team's run from its first ``step`` messages (the last one edited when asked)."""
+    if change is not None and change.kind != "message":
+        raise ForkError(
+            f"a CORAL team's run is forked at a message: the edit is {{'message': text}}, not {change.kind}"
+        )
+    if change is not None and not isinstance(change.value, str):
+        raise ForkError(f"the edited message must be text, not {type(change.value).__name__}")
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise ForkError(f"a CORAL fork's step is a message number (0 or more), not {step!r}")
+    history: list[dict[str, Any]] = []
+    count = 0
+    for e in events:
+        if e.type == "message" and count < step:
+            count += 1
+            history.append({"type": "message", **e.data})
+        elif e.type == "thread" and count < step:
+            history.append({"type": "thread", **e.data})
+    if count < step:
+        raise ForkError(f"run {row['id']} has only {count} messages; cannot fork from message {step}")
+    record = None
+    if change is not None:
+        if step < 1:
+            raise ForkError("a message edit needs the number of the message to change (1 or more)")
+        last = next(h for h in reversed(history) if h["type"] == "message")
+        record = {
+            "kind": "message",
+            "step": step,
+            "sender": last.get("sender"),
+            "before": str(last.get("content", ""))[:2000],
+            "after": change.value[:2000],
+        }
+        last["content"] = change.value
+    return await runner.run(task or row["task"], _replay=history, _edit=record, **options)
+
+
+def _dispatch(ws: "Workspace", child: dict, parent_events: list["Event"]) -> tuple[int, str]:
+    """The step of the parent run that started the sub-run ``child``, and the id of that call."""
+    name = _tool_name(child["agent"])
+    calls = [e for e in parent_events if e.type == "tool_call" and e.data.get("name") in (name, child["agent"])]
+    before = [e for e in calls if e.time <= child["started"] + 1e-6]
+    if not before:
+        raise ForkError(
+            f"run {child['id']} is nested under run {child['parent_id']}, but no call of {name} there started it"
+        )
+    step = before[-1].step
+    in_step = [e for e in calls if e.step == step]
+    siblings = [
+        r["id"]
+        for r in ws.db.runs(parent_id=child["parent_id"])
+        if r["agent"] == child["agent"] and r["started"] >= in_step[0].time - 1e-6
+    ]
+    index = siblings.index(child["id"]) if child["id"] in siblings else len(in_step) - 1
+    return int(step), in_step[min(index, len(in_step) - 1)].data["id"]
+
+
+async def _fork_nested(
+    ws: "Workspace",
+    row: dict,
+    events: list["Event"],
+    step: int,
+    change: Edit | None,
+    rerun_from: int | None,
+    model: str | None,
+    context: "Context | None",
+    raise_on_error: bool,
+) -> "RunResult":
+    """A sub-agent's run forked: its parent forked at the step that called it, that call continuing
+    with the sub-agent's fork and the step's other calls replayed; up to the run a person started."""
+    from tea_notebook.agents.kinds import build
+
+    runner = build(ws, row["agent"])
+    plan = plan_fork(events, row["id"], step, change, rerun_from=rerun_from, check_action=action_checker(ws, runner))
+    plan.model = model or row["model"] or None
+    plan.max_steps = _started(events).get("max_steps")
+    child, child_plan = row, plan
+    while child["parent_id"]:
+        parent = _row(ws, child["parent_id"])
+        parent_events = ws.events.events(parent["id"], nested=False)
+        at, call_id = _dispatch(ws, child, parent_events)
+        stored = stored_steps(parent_events, parent["id"]).get(at)
+        if stored is None:
+            raise ForkError(f"run {parent['id']} has no stored step {at}, the one that started run {child['id']}")
+        parent_plan = plan_fork(parent_events, parent["id"], at - 1, None)
+        parent_plan.step = at
+        parent_plan.model = parent["model"] or None
+        parent_plan.max_steps = _started(parent_events).get("max_steps")
+        others = {c.id: stored.results[c.id] for c in stored.calls if c.id != call_id and c.id in stored.results}
+        parent_plan.overrides[at] = StepOverride(
+            calls=list(stored.calls),
+            thoughts={
+                "thinking": stored.record.thinking,
+                "evaluation_previous_goal": stored.record.evaluation,
+                "memory": stored.record.memory,
+                "next_goal": stored.record.next_goal,
+            },
+            stored=others,
+            verbatim={c.id for c in stored.calls},
+            subforks={child["agent"]: [child_plan]},
+            note=f"{child['agent']} continued from its fork at step {step}",
+        )
+        parent_plan.edit = {
+            "kind": "sub_agent",
+            "step": at,
+            "run": child["id"],
+            "agent": child["agent"],
+            "sub_step": step,
+            "sub_edit": child_plan.edit,
+        }
+        child, child_plan = parent, parent_plan
+    root_runner = build(ws, child["agent"])
+    if not hasattr(root_runner, "_new_run"):
+        raise ForkError(f"run {child['id']} ({child['agent']}) is no agent loop: its sub-runs cannot be forked")
+    options: dict[str, Any] = {
+        "model": child_plan.model,
+        "context": context,
+        "raise_on_error": raise_on_error,
+        "_fork": (child["id"], child_plan.step),
+    }
+    if child_plan.max_steps:
+        options["max_steps"] = child_plan.max_steps
+    return await root_runner.run(child["task"], _replay=child_plan, **options)
+
+
+async def _fork_stage(
+    ws: "Workspace",
+    row: dict,
+    events: list["Event"],
+    stage: int,
+    change: Edit | None,
+    model: str | None,
+    agent: Any,
+    task: str | None,
+    context: "Context | None",
+    raise_on_error: bool,
+) -> "RunResult":
+    """A ToolSelf run from the start of stage ``stage`` (its configuration edited when asked)."""
+    from tea_notebook.agents.kinds import build
+
+    stages = [e.data for e in events if e.type == "stage"]
+    if isinstance(stage, bool) or not isinstance(stage, int) or not 1 <= stage <= len(stages):
+        raise ForkError(f"run {row['id']} has stages 1 to {len(stages)}; there is no stage {stage!r}")
+    chosen = stages[stage - 1]
+    if stage > 1 and any("pool_entry" not in s for s in stages[1:stage]):
+        raise ForkError(f"run {row['id']} was recorded before ToolSelf stages could be forked (no stage history kept)")
+    config = {k: chosen.get(k) for k in ("sub_goal", "strategy", "toolbox", "knowledge", "knowledge_text")}
+    record = None
+    if change is not None:
+        if change.kind != "stage" or not isinstance(change.value, dict):
+            raise ForkError(
+                "a ToolSelf stage's fork edits its configuration: {'stage': {'sub_goal': ..., 'toolbox': [...]}}"
+            )
+        unknown = sorted(set(change.value) - {"sub_goal", "strategy", "toolbox", "knowledge_text"})
+        if unknown:
+            raise ForkError(
+                f"a stage's configuration has sub_goal, strategy, toolbox and knowledge_text; not {', '.join(unknown)}"
+            )
+        record = {
+            "kind": "stage",
+            "stage": stage,
+            "before": {k: config[k] for k in change.value},
+            "after": dict(change.value),
+        }
+        config.update(change.value)
+    runner = agent or build(ws, row["agent"])
+    first = int(chosen.get("first_step") or 1)
+    plan = plan_fork(events, row["id"], first - 1, None)
+    plan.step = first
+    plan.edit = record
+    plan.stage = {
+        "index": stage,
+        "config": config,
+        "pool": [tuple(s["pool_entry"]) for s in stages[1:stage]],
+        "record": record,
+    }
+    plan.live = []  # a stage starts with a fresh history
+    plan.summaries = []
+    started = _started(events)
+    options: dict[str, Any] = {
+        "model": model or row["model"] or None,
+        "context": context,
+        "raise_on_error": raise_on_error,
+        "_fork": (row["id"], first),
+    }
+    if started.get("max_steps"):
+        options["max_steps"] = started["max_steps"]
+    return await runner.run(task or row["task"], _replay=plan, **options)
+
+
+async def resume_run(
+    ws: "Workspace", run_id: str, *, context: "Context | None" = None, raise_on_error: bool = True
+) -> "RunResult":
+    """See :meth:`tea_notebook.workspace.Workspace.resume`."""
+    from tea_notebook.agents.kinds import build
+    from tea_notebook.runtime.trajectory import fork_unit
+
+    row = _row(ws, run_id)
+    if row["status"] not in ("interrupted", "error"):
+        raise ForkError(
+            f"run {row['id']} ended {row['status']}: only an interrupted run or one that ended in error can be "
+            "resumed (fork it to go on from a step)"
+        )
+    if row["parent_id"]:
+        raise ForkError(f"run {row['id']} is a sub-agent's run: resume the run that started it ({row['parent_id']})")
+    events = ws.events.events(row["id"], nested=False)
+    if fork_unit(events) != "steps":
+        raise ForkError(f"run {row['id']} ({row['agent']}) is not an agent loop's run: it cannot be resumed")
+    runner = build(ws, row["agent"])
+    if not hasattr(runner, "_new_run"):
+        raise ForkError(f"run {row['id']} cannot be resumed: its agent {row['agent']!r} is no agent loop now")
+    plan = plan_resume(events, row["id"])
+    started = _started(events)
+    options: dict[str, Any] = {
+        "model": row["model"] or None,
+        "context": context,
+        "raise_on_error": raise_on_error,
+        "_fork": (row["id"], plan.last_step),
+    }
+    if started.get("max_steps"):
+        options["max_steps"] = started["max_steps"]
+    files = started.get("files") or None
+    return await runner.run(row["task"], files, _replay=plan, **options)
+
+
+__all__ = ["ForkError", "ForkPlan", "action_checker", "fork_run", "resume_run"]

@@ -1,0 +1,564 @@
+"""What the model saw: every model request of a run, stored so that it can be shown and edited.
+
+A request (its messages, the tools offered, its parameters) is cut into *parts* at the markup of
+the prompt (the step info, the task, each ``<step_N>`` block of the history, the memory folds, the
+todo list, the environment state, each tool). A part of 100 characters or more is kept once in the
+store's ``blobs`` table under its sha256, whichever step or run sends it again; shorter ones are
+written inline. A request's record in its ``model_request`` event (``context``, JSON text) lists
+its parts as an edit of the run's previous request of the same kind (copy these parts, insert
+those), with a full list every :data:`KEYFRAME` requests; so a step adds its new history block
+and a few references, and a 1,000-step run stores a linear amount, not the quadratic one of its
+prompts written out.
+
+Parts are redacted before they are kept (:func:`tea_notebook.redaction.redact`): the stored context
+is what the model received, after redaction. Cuts fall just before markup (``<`` or a new line),
+which no secret the redaction knows spans.
+
+:class:`StepContext` is one request rebuilt: the messages as sent, the size of each part and what
+changed since the previous step (``result.context(step)``, ``%tea context RUN --step N``).
+"""
+
+from __future__ import annotations
+
+import bisect
+import html
+import json
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable
+
+from tea_notebook.errors import NotFoundError, TeaError
+from tea_notebook.redaction import redact
+from tea_notebook.store.blobs import digest
+
+if TYPE_CHECKING:
+    from tea_notebook.runtime.events import Event, EventLog
+
+#: a full list of parts every this many requests of a kind (the rest are edits of the previous one)
+KEYFRAME = 32
+#: parts shorter than this are written inline in the event instead of kept by digest
+INLINE = 100
+#: an image larger than this is not kept (the context says so, and cannot be forked with edits)
+IMAGE_LIMIT = 2 * 1024 * 1024
+#: where a prompt is cut into parts: just before these marks (two patterns, each starting with one
+#: literal character, which the regex engine skips to quickly; one alternation of both is ~4x slower)
+_CUT_TAG = re.compile(r"<(?:task>|step_\d+>\n|todo_contents>|tool_state>|environment name=)")
+_CUT_LINE = re.compile(
+    r"\n(?:<agent_history>\n|<summaries>\n|<insights>\n|</agent_history>|<environment_state>|\{\"name\": \")"
+)
+#: ... and just after the end of a history block (so a block is the same text wherever it stands)
+_CUT_AFTER = re.compile(r"</step_\d+>")
+#: what a part is, by how it starts (first match wins); shown beside its size
+_KINDS = (
+    ("<agent_state><step_info>", "step info"),
+    ("<task>", "task"),
+    ("\n<agent_history>", "history"),
+    ("<step_", "history"),
+    ("\n<summaries>", "memory folds"),
+    ("\n<insights>", "memory folds"),
+    ("\n</agent_history>", "history"),
+    ("<todo_contents>", "todo"),
+    ("\n<environment_state>", "environment"),
+    ("<environment name=", "environment"),
+    ("<tool_state>", "tools"),
+    ('\n{"name": "', "tools"),
+)
+
+
+class ContextClipped(TeaError):
+    """A stored context lacks something the model received (an image over :data:`IMAGE_LIMIT`)."""
+
+
+def split_text(text: str) -> list[str]:
+    """``text`` cut into parts at the prompt's markup (``"".join`` gives it back exactly)."""
+    cuts = {m.start() for m in _CUT_TAG.finditer(text, 1)} | {m.start() for m in _CUT_LINE.finditer(text, 1)}
+    cuts |= {m.end() for m in _CUT_AFTER.finditer(text) if m.end() < len(text)}
+    bounds = [0, *sorted(cuts), len(text)]
+    return [text[a:b] for a, b in zip(bounds, bounds[1:])] or [""]
+
+
+def part_kind(text: str, role: str) -> str:
+    """What a part of a message is (``system prompt``, ``task``, ``history``, ``tools``...)."""
+    if role == "system":
+        return "system prompt"
+    if role == "tool-definition":
+        return "tools"
+    if role == "image":
+        return "image"
+    for start, kind in _KINDS:
+        if text.startswith(start):
+            return kind
+    return role if role in ("user", "assistant", "tool") else "message"
+
+
+# -- writing ---------------------------------------------------------------------------------------
+class ContextRecorder:
+    """Turns the model requests of one run into compact records (see the module's docstring). One
+    per run; :meth:`record` returns the ``context`` field of a ``model_request`` event and queues
+    the parts not kept yet with the run's next events (same transaction)."""
+
+    def __init__(self, events: "EventLog"):
+        self._events = events
+        self._last: dict[str, tuple[list[list[Any]], list[list[str]], str | None, dict[str, Any]]] = {}
+        self._count: dict[str, int] = {}
+        self._refs: dict[str, str] = {}  # a part's raw text -> its stored reference
+
+    def _ref(self, text: str, kept: dict[str, str]) -> str:
+        ref = self._refs.get(text)
+        if ref is None:
+            clean = redact(text)
+            if len(clean) < INLINE:
+                ref = "=" + clean
+            else:
+                ref = digest(clean)
+                kept[ref] = clean
+            if len(self._refs) > 50_000:
+                self._refs.clear()
+            self._refs[text] = ref
+        return ref
+
+    def record(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        params: dict[str, Any] | None = None,
+        stream: str = "",
+    ) -> str:
+        """The stored form of one request, as compact JSON text (its parts are redacted already; as
+        one string, the event's own redaction scans it once instead of walking every reference);
+        ``stream`` tells kinds of requests apart (a step's prompt, a memory fold's, a stage's) so
+        that each is an edit of the previous one of its kind."""
+        kept: dict[str, str] = {}
+        parts: list[list[Any]] = []
+        shapes: list[list[str]] = []
+        clipped = False
+        for index, message in enumerate(messages):
+            role = str(message.get("role", ""))
+            content = message.get("content")
+            extra = {k: v for k, v in message.items() if k not in ("role", "content")}
+            if extra or not isinstance(content, (str, list)):
+                shapes.append([role, "raw"])
+                parts.append([index, self._ref(json.dumps(message, ensure_ascii=False, default=str), kept)])
+                continue
+            if isinstance(content, str):
+                shapes.append([role, "s"])
+                pieces = [content] if role == "system" else split_text(content)  # a system prompt is one part
+                parts.extend([index, self._ref(p, kept)] for p in pieces)
+                continue
+            texts = [c for c in content if isinstance(c, dict) and c.get("type") == "text"]
+            images = [c for c in content if isinstance(c, dict) and c.get("type") == "image_url"]
+            if len(texts) + len(images) != len(content) or content[: len(texts)] != texts:
+                shapes.append([role, "raw"])
+                parts.append([index, self._ref(json.dumps(message, ensure_ascii=False, default=str), kept)])
+                continue
+            shapes.append([role, "l"])  # the text first, then the images (how the agent builds it)
+            for text in texts:
+                parts.extend([index, self._ref(p, kept)] for p in split_text(str(text.get("text", ""))))
+                parts.append([index, "=\x00"])  # end of one text item
+            for image in images:
+                url = str((image.get("image_url") or {}).get("url", ""))
+                if len(url) > IMAGE_LIMIT:
+                    clipped = True
+                    parts.append([index, "=\x01" + f"[image of {len(url):,} characters not kept]"])
+                else:
+                    parts.append([index, "=\x02" + digest(url)])
+                    kept.setdefault(digest(url), url)
+        toolset = None
+        if tools:
+            refs = [self._ref(json.dumps(t, ensure_ascii=False, sort_keys=True), kept) for t in tools]
+            listing = json.dumps(refs)
+            toolset = self._ref(listing, kept) if len(listing) >= INLINE else "=" + listing
+        settings = redact(dict(params or {}))
+        n = self._count.get(stream, 0) + 1
+        self._count[stream] = n
+        record: dict[str, Any] = {"n": n}
+        if stream:
+            record["stream"] = stream
+        last = self._last.get(stream)
+        if last is None or n % KEYFRAME == 1:
+            record.update(parts=parts, shape=shapes, tools=toolset, params=settings)
+        else:
+            record["ops"] = _diff(last[0], parts)
+            if shapes != last[1]:
+                record["shape"] = shapes
+            if toolset != last[2]:
+                record["tools"] = toolset
+            if settings != last[3]:
+                record["params"] = settings
+        if clipped:
+            record["clipped"] = True
+        self._last[stream] = (parts, shapes, toolset, settings)
+        if kept:
+            self._events.keep(kept)
+        return json.dumps(record, ensure_ascii=False, separators=(",", ":"))
+
+
+def _diff(before: list[list[Any]], after: list[list[Any]]) -> list[list[Any]]:
+    """``after`` as copies of ranges of ``before`` (``[start, end]``) and inserted parts
+    (``[message, ref, 0]``): each part of ``after`` found later in ``before`` than the last one
+    copied is copied, the rest inserted (one pass; a prompt's parts rarely move backwards)."""
+    ops: list[list[Any]] = []
+    for op in _match(before, after):
+        if len(op) == 2 and ops and len(ops[-1]) == 2 and ops[-1][1] == op[0]:
+            ops[-1][1] = op[1]
+        else:
+            ops.append(op)
+    return ops
+
+
+def _match(before: list[list[Any]], after: list[list[Any]]) -> list[list[Any]]:
+    where: dict[tuple[Any, str], int] = {}  # each part's first place in ``before``
+    more: dict[tuple[Any, str], list[int]] = {}  # every place of the parts that come more than once
+    for i, (m, r) in enumerate(before):
+        key = (m, r)
+        if key in where:
+            more.setdefault(key, [where[key]]).append(i)
+        else:
+            where[key] = i
+    out: list[list[Any]] = []
+    last = -1
+    for m, r in after:
+        key = (m, r)
+        i = where.get(key)
+        if i is not None and i <= last and key in more:
+            places = more[key]
+            j = bisect.bisect_right(places, last)
+            i = places[j] if j < len(places) else None
+        if i is not None and i > last:
+            out.append([i, i + 1])
+            last = i
+        else:
+            out.append([m, r, 0])
+    return out
+
+
+# -- reading ---------------------------------------------------------------------------------------
+@dataclass
+class Part:
+    """One part of a request as sent: which message, what it is, its text (redacted) and whether
+    the previous request of its kind had it too."""
+
+    message: int
+    role: str
+    kind: str
+    text: str
+    changed: bool = False
+
+    @property
+    def chars(self) -> int:
+        """Its length in characters."""
+        return len(self.text)
+
+
+@dataclass
+class StepContext:
+    """A model request as sent (after redaction): ``messages``, ``tools``, ``params``, cut into
+    ``parts`` with their sizes; ``removed``: parts the previous request of its kind had and this
+    one has not (history folded into a summary, a tool no longer offered)."""
+
+    run_id: str
+    step: int | None
+    stage: str
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None
+    params: dict[str, Any]
+    parts: list[Part]
+    removed: list[Part] = field(default_factory=list)
+    clipped: bool = False
+    previous_step: int | None = None
+
+    def sizes(self) -> dict[str, int]:
+        """Characters by kind of part (system prompt, task, history, memory folds, environment, tools...)."""
+        out: dict[str, int] = {}
+        for p in self.parts:
+            out[p.kind] = out.get(p.kind, 0) + p.chars
+        return out
+
+    @property
+    def chars(self) -> int:
+        """Characters of the whole request."""
+        return sum(p.chars for p in self.parts)
+
+    def changes(self) -> dict[str, list[str]]:
+        """What changed since the previous request: ``added`` and ``removed`` parts, by their first line."""
+        return {
+            "added": [_gist(p) for p in self.parts if p.changed and p.text.strip()],
+            "removed": [_gist(p) for p in self.removed if p.text.strip()],
+        }
+
+    def text(self) -> str:
+        """The request as plain text: each message with its role, then the tools."""
+        lines = [f"context of step {self.step} of run {self.run_id}" + (f" ({self.stage})" if self.stage else "")]
+        for i, m in enumerate(self.messages):
+            lines.append(f"--- message {i + 1}: {m.get('role')} ---")
+            content = m.get("content")
+            if isinstance(content, list):
+                for c in content:
+                    lines.append(c.get("text", "") if c.get("type") == "text" else "[image]")
+            else:
+                lines.append(str(content if content is not None else json.dumps(m)))
+        if self.tools:
+            lines.append(f"--- tools offered: {', '.join(_tool_name(t) for t in self.tools)} ---")
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        sizes = ", ".join(f"{k} {v:,}" for k, v in self.sizes().items())
+        return f"StepContext(run={self.run_id!r}, step={self.step}, chars={self.chars:,}: {sizes})"
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        p.text(self.text())
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: the parts with kinds, sizes and whether they changed (what the renderer shows)."""
+        return {
+            "run_id": self.run_id,
+            "step": self.step,
+            "stage": self.stage,
+            "chars": self.chars,
+            "sizes": self.sizes(),
+            "previous_step": self.previous_step,
+            "clipped": self.clipped,
+            "parts": [
+                {
+                    "message": p.message,
+                    "role": p.role,
+                    "kind": p.kind,
+                    "chars": p.chars,
+                    "changed": p.changed,
+                    "text": p.text,
+                }
+                for p in self.parts
+            ],
+            "removed": [{"kind": p.kind, "chars": p.chars, "text": _gist(p)} for p in self.removed],
+            "tools": [_tool_name(t) for t in self.tools or []],
+        }
+
+    def _repr_html_(self) -> str:
+        from tea_notebook.runtime.render import context_html
+
+        return context_html(self)
+
+
+def _tool_name(tool: dict[str, Any]) -> str:
+    return str((tool.get("function") or {}).get("name") or tool.get("name") or "?")
+
+
+def _gist(part: Part) -> str:
+    first = next((line for line in part.text.splitlines() if line.strip()), "")
+    return f"{part.kind}: {first[:100]}"
+
+
+class ContextReader:
+    """Rebuilds the stored requests of one run from its ``model_request`` events."""
+
+    def __init__(self, run_id: str, events: list["Event"], blob: Callable[[str], str | None]):
+        self.run_id = run_id
+        self._blob = blob
+        self._texts: dict[str, str] = {}
+        self.requests: list[tuple["Event", dict[str, Any]]] = [
+            (e, json.loads(e.data["context"]))
+            for e in events
+            if e.run_id == run_id and e.type == "model_request" and isinstance(e.data.get("context"), str)
+        ]
+
+    def _text(self, ref: str) -> str:
+        if ref.startswith("="):
+            return ref[1:]
+        text = self._texts.get(ref)
+        if text is None:
+            got = self._blob(ref)
+            if got is None:
+                raise NotFoundError(f"run {self.run_id}: a stored part of a model request is missing (sha256:{ref})")
+            text = self._texts[ref] = got
+        return text
+
+    def find(self, step: int, stage: str = "") -> int:
+        """The index (in :attr:`requests`) of the request of ``step`` (the last one of the step and kind)."""
+        found = [i for i, (e, c) in enumerate(self.requests) if e.step == step and c.get("stream", "") == stage]
+        if not found and not stage:  # a run of stages (a researcher's rounds): its one call at that step
+            found = [i for i, (e, _) in enumerate(self.requests) if e.step == step]
+        if not found:
+            steps = sorted(
+                {e.step for e, c in self.requests if (c.get("stream", "") == stage or not stage) and e.step is not None}
+            )
+            if not self.requests:
+                raise NotFoundError(
+                    f"run {self.run_id} has no stored model requests (it was recorded before requests were stored, "
+                    "or it made no model call)"
+                )
+            where = f" (stage {stage!r})" if stage else ""
+            shown = ", ".join(map(str, steps[:20])) + (" ..." if len(steps) > 20 else "")
+            raise NotFoundError(
+                f"run {self.run_id} has no model request at step {step}{where}; steps with one: {shown or 'none'}"
+            )
+        return found[-1]
+
+    def _state(self, index: int) -> tuple[list[list[Any]], list[list[str]], str | None, dict[str, Any], bool]:
+        """Parts, shapes, toolset and params of request ``index``: from its keyframe, edit by edit."""
+        stream = self.requests[index][1].get("stream", "")
+        chain = []
+        for i in range(index, -1, -1):
+            c = self.requests[i][1]
+            if c.get("stream", "") != stream:
+                continue
+            chain.append(c)
+            if "parts" in c:
+                break
+        else:
+            if not chain or "parts" not in chain[-1]:
+                raise TeaError(
+                    f"run {self.run_id}: the stored requests are incomplete (no full request before this one)"
+                )
+        parts: list[list[Any]] = []
+        shapes: list[list[str]] = []
+        tools: str | None = None
+        params: dict[str, Any] = {}
+        clipped = False
+        for c in reversed(chain):
+            if "parts" in c:
+                parts = [list(p) for p in c["parts"]]
+            else:
+                new: list[list[Any]] = []
+                for op in c["ops"]:
+                    if len(op) == 2:
+                        new.extend(parts[op[0] : op[1]])
+                    else:
+                        new.append([op[0], op[1]])
+                parts = new
+            shapes = c.get("shape", shapes)
+            tools = c.get("tools", tools)
+            params = c.get("params", params)
+            clipped = bool(c.get("clipped"))
+        return parts, shapes, tools, params, clipped
+
+    def context(self, step: int, stage: str = "") -> StepContext:
+        """The request of ``step`` rebuilt, with what changed since the previous one of its kind."""
+        index = self.find(step, stage)
+        event, _ = self.requests[index]
+        parts, shapes, toolset, params, clipped = self._state(index)
+        stream = self.requests[index][1].get("stream", "")
+        stage = stage or stream
+        previous = next((i for i in range(index - 1, -1, -1) if self.requests[i][1].get("stream", "") == stream), None)
+        before: list[list[Any]] = self._state(previous)[0] if previous is not None else []
+        changed_at: set[int] = set()
+        removed_at: list[int] = []
+        if previous is not None:
+            copied: set[int] = set()
+            for j, op in enumerate(_match(before, parts)):
+                if len(op) == 2:
+                    copied.add(op[0])
+                else:
+                    changed_at.add(j)
+            removed_at = [i for i in range(len(before)) if i not in copied]
+        messages = self._messages(parts, shapes)
+        shown = [self._part(p, shapes, i in changed_at) for i, p in enumerate(parts) if not p[1].startswith("=\x00")]
+        removed = [self._part(before[i], shapes, True) for i in removed_at if not before[i][1].startswith("=\x00")]
+        for i, p in enumerate(shown):
+            if i and not p.text.strip() and p.message == shown[i - 1].message:
+                p.kind = shown[i - 1].kind  # the line break between two history blocks is history
+        tools = None
+        if toolset is not None:
+            tools = [json.loads(self._text(r)) for r in json.loads(self._text(toolset))]
+            for t in tools:
+                shown.append(Part(len(messages), "tool-definition", "tools", json.dumps(t, ensure_ascii=False)))
+        prev_step = self.requests[previous][0].step if previous is not None else None
+        return StepContext(self.run_id, event.step, stage, messages, tools, params, shown, removed, clipped, prev_step)
+
+    def _part(self, part: list[Any], shapes: list[list[str]], changed: bool) -> Part:
+        index, ref = part
+        role = shapes[index][0] if index < len(shapes) else ""
+        if ref.startswith("=\x02"):
+            return Part(index, "image", "image", f"[image sha256:{ref[2:14]}…]", changed)
+        if ref.startswith("=\x01"):
+            return Part(index, "image", "image", ref[2:], changed)
+        text = self._text(ref)
+        return Part(index, role, part_kind(text, role), text, changed)
+
+    def _messages(self, parts: list[list[Any]], shapes: list[list[str]]) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for index, (role, shape) in enumerate(shapes):
+            mine = [r for m, r in parts if m == index]
+            if shape == "raw":
+                out.append(json.loads(self._text(mine[0])))
+            elif shape == "s":
+                out.append({"role": role, "content": "".join(self._text(r) for r in mine)})
+            else:
+                content: list[dict[str, Any]] = []
+                text: list[str] = []
+                for r in mine:
+                    if r == "=\x00":
+                        content.append({"type": "text", "text": "".join(text)})
+                        text = []
+                    elif r.startswith("=\x02"):
+                        content.append({"type": "image_url", "image_url": {"url": self._text(r[2:])}})
+                    elif r.startswith("=\x01"):
+                        content.append({"type": "image_url", "image_url": {"url": r[2:]}})
+                    else:
+                        text.append(self._text(r))
+                out.append({"role": role, "content": content})
+        return out
+
+
+def context_html_escape(text: str) -> str:
+    """HTML-escaped text (the renderer's helper, here so that the context view needs no other import)."""
+    return html.escape(text)
+
+
+@dataclass
+class _Request:
+    """A ``model_request`` event as :class:`ContextReader` reads it (run, type, step, data)."""
+
+    run_id: str
+    type: str
+    step: int | None
+    data: dict[str, Any]
+
+
+def load_context(ws: Any, run_id: str, step: int, stage: str = "") -> StepContext:
+    """The request of ``step`` of one run (an id prefix is enough; a nested run's own id for a
+    sub-agent) rebuilt from that run's ``model_request`` events alone: what
+    :meth:`Trajectory.context <tea_notebook.runtime.trajectory.Trajectory.context>` returns, without
+    loading and building the whole trajectory (a renderer's path to one step of a long run)."""
+    row = ws.db.run_row(run_id)
+    if row is None:
+        raise NotFoundError(f"no run {run_id!r} in {ws.path}")
+    ws.events.flush()  # the requests of a run still going
+    rows = ws.db.run_events_of_type([row["id"]], ["model_request"])
+    needed = _needed(rows, step, stage)
+    if needed is not None:
+        return ContextReader(row["id"], needed, ws.db.blob).context(step, stage)
+    if row["forked_from"] and row["fork_step"] is not None and step <= row["fork_step"]:
+        # a step the fork replayed (or took without the model): the model saw it in the run it came from
+        return load_context(ws, row["forked_from"], step, stage)
+    # no request at the step: the full reader says so, listing the steps that have one
+    return ContextReader(row["id"], [_Request(r, t, at, json.loads(d)) for r, t, at, d in rows], ws.db.blob).context(
+        step, stage
+    )
+
+
+def _needed(rows: list[tuple[str, str, int | None, str]], step: int, stage: str) -> list[_Request] | None:
+    """The requests that rebuild the one of ``step`` and the one before it of its kind: read backwards
+    from the step's request to the keyframe at or before the previous one (the JSON of the rest is
+    never parsed), in order; None when the step has no request."""
+    out: list[_Request] = []
+    found = previous = False
+    for run, type_, at, data in reversed(rows):
+        if at is not None and at > step:
+            continue
+        request = _Request(run, type_, at, json.loads(data))
+        context = request.data.get("context")
+        context = json.loads(context) if isinstance(context, str) else context
+        if not isinstance(context, dict) or context.get("stream", "") != stage:
+            if found:
+                out.append(request)
+            continue
+        if not found:
+            if at != step:
+                return None
+            found = True
+        elif not previous:
+            previous = True
+        out.append(request)
+        if previous and "parts" in context:
+            break
+    return out[::-1] if found else None
