@@ -28,13 +28,14 @@ def machine() -> str:
 
 
 def summary(samples: list[float]) -> dict[str, float]:
-    """Median, p95, min and count of samples in seconds, reported in milliseconds."""
+    """Median, p95, min, max and count of samples in seconds, reported in milliseconds."""
     ordered = sorted(samples)
     p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
     return {
         "median_ms": statistics.median(ordered) * 1000,
         "p95_ms": p95 * 1000,
         "min_ms": ordered[0] * 1000,
+        "max_ms": ordered[-1] * 1000,
         "n": len(ordered),
     }
 

@@ -103,20 +103,21 @@ def render(r: dict[str, Any], command: str) -> str:
     rows = []
     for quiet in (True, False):
         fg, bg = statistics.median(t[(False, quiet)]), statistics.median(t[(True, quiet)])
+        spread = lambda v: f"{min(v) * 1000:.0f} / {statistics.median(v) * 1000:.0f} / {max(v) * 1000:.0f} ms"  # noqa: E731
         ratio = bg / fg
         ok = "✅" if ratio <= TARGET else "❌"
         label = "`--quiet`" if quiet else "live view on"
-        rows.append(f"| {label} | {fg * 1000:.0f} ms | {bg * 1000:.0f} ms | **{ratio:.2f}×** | ≤ {TARGET}× | {ok} |")
+        rows.append(f"| {label} | {spread(t[(False, quiet)])} | {spread(t[(True, quiet)])} | **{ratio:.2f}×** | ≤ {TARGET}× | {ok} |")
     return f"""## Background runs
 
 Command: `{command}` — machine: {r["machine"]}; run {r["when"]}.
 
 A {r["steps"]}-step `%%agent` run (scripted model, a tool that returns at once) in one real kernel driven through
 jupyter_client. Foreground: from sending the cell to its reply. Background: from sending the `--background` cell to
-the reply of a second cell `h.result()` (one more cell round trip included). Medians of {r["reps"]} interleaved
-rounds after a warm-up.
+the reply of a second cell `h.result()` (one more cell round trip included). min / median / max of n={r["reps"]}
+interleaved rounds after a warm-up; the ratio is of the medians.
 
-| live view | foreground | background | ratio | target | |
+| live view | foreground (min / median / max) | background (min / median / max) | ratio | target | |
 |---|---|---|---|---|---|
 {chr(10).join(rows)}
 """
@@ -128,7 +129,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--reps", type=int, default=5)
     args = parse_args(parser, steps=10, reps=1)
-    command = ".venv/bin/python bench/bench_background.py --write"
+    command = " ".join([".venv/bin/python", "bench/bench_background.py", *sys.argv[1:]])
     results = {"machine": machine(), "when": time.strftime("%Y-%m-%d"), **bench(args.steps, args.reps)}
     for case, values in results["times"].items():
         print(case, [round(v, 3) for v in values], flush=True)

@@ -367,11 +367,12 @@ whole-team row below does. Every 200th event emitted flushes the event buffer to
 worker (4 messages) and waits until their 4 replies are in (its waits return whatever arrived), {x["messages"] // 8}
 rounds; each worker waits, replies once per instruction it received and waits again; then `submit_answer` ends
 the conversation. Runs: {", ".join(f"{v * 1000:.0f}" for v in x["seconds"])} ms. Whole team: `CoralTeam.run` with
-a `ScriptedModel` per member through litellm (the offline `tea` provider), planner off; each orchestrator step sends
+a `ScriptedModel` per member (offline: `ModelClient` serves `tea/` models itself, no litellm), planner off; each orchestrator step sends
 2 instructions (alternating worker pairs) and waits, each worker step answers its unanswered instructions (at most 2)
 and waits; each member reads ℋ from its `coral` transcript in the prompt. Runs: {", ".join(f"{v:.2f}" for v in t["seconds"])} s,
-after a warm-up run. Most of that time is the agent loop per step (prompt with the transcript, the model call through
-litellm, parsing, step events), not the messages: compare the tool-level row.
+after a warm-up run. Most of that time is the agent loop per step (prompt with the transcript, the model call,
+parsing, step events), not the messages: compare the tool-level row. No peer framework is measured:
+the floor of a hop is its wake-up row (one asyncio hand-off between two tasks) plus the registry call around it.
 {profile}"""
 
 

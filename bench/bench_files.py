@@ -129,7 +129,8 @@ def render(results: dict[str, Any]) -> str:
     def row(label: str, key: str) -> str:
         b, n = r[key]["before"], r[key]["now"]
         return (
-            f"| {label} | {b['median_ms']:.3f} ms | {n['median_ms']:.3f} ms | {n['p95_ms']:.3f} ms "
+            f"| {label} | {b['min_ms']:.3f} / {b['median_ms']:.3f} / {b['max_ms']:.3f} ms "
+            f"| {n['min_ms']:.3f} / {n['median_ms']:.3f} / {n['max_ms']:.3f} ms | {n['p95_ms']:.3f} ms "
             f"| {n['median_ms'] / b['median_ms']:.2f} |"
         )
 
@@ -139,7 +140,7 @@ def render(results: dict[str, Any]) -> str:
 
 Command: `.venv/bin/python bench/bench_files.py --write` — machine: {results["machine"]}; run {results["when"]}.
 
-| what | before (`{results["base"][:7]}`), median | now, median | now, p95 | now / before |
+| what | before (`{results["base"][:7]}`), min / median / max | now, min / median / max | now, p95 | now / before (medians) |
 |---|---|---|---|---|
 {row(f"`read` of a 100 KB text file, whole, warm (n={r['read']['now']['n']})", "read")}
 {row(f"`search` for a text in 200 files of 4 KB in 20 folders ({hits} hits; n={r['search_text']['now']['n']})", "search_text")}

@@ -106,12 +106,12 @@ def render(results: dict[str, Any], command: str) -> str:
         f"≤ {TARGET_RATIO:g}× | {ok} |",
         f"| the same, p95s | {r['ratio_p95']:.2f}× | | |",
         f"| added by our layers per call (difference of the medians) | {o['median_ms'] - d['median_ms']:.3f} ms | | |",
-        f'| through our registry, `await ws.tools.ainvoke("srv_add", …)`, median / p95 (n={o["n"]:,}) | '
-        f"{o['median_ms']:.3f} / {o['p95_ms']:.3f} ms | | |",
-        f'| direct, the SDK\'s `ClientSession.call_tool("add", …)`, median / p95 (n={d["n"]:,}) | '
-        f"{d['median_ms']:.3f} / {d['p95_ms']:.3f} ms | | |",
-        f"| synchronous `ws.tools.invoke` from the main thread (as a cell calls it), median / p95 (n={s['n']:,}) | "
-        f"{s['median_ms']:.3f} / {s['p95_ms']:.3f} ms | | |",
+        f'| through our registry, `await ws.tools.ainvoke("srv_add", …)`, min / median / p95 / max (n={o["n"]:,}) | '
+        f"{o['min_ms']:.3f} / {o['median_ms']:.3f} / {o['p95_ms']:.3f} / {o['max_ms']:.3f} ms | | |",
+        f'| direct, the SDK\'s `ClientSession.call_tool("add", …)`, min / median / p95 / max (n={d["n"]:,}) | '
+        f"{d['min_ms']:.3f} / {d['median_ms']:.3f} / {d['p95_ms']:.3f} / {d['max_ms']:.3f} ms | | |",
+        f"| synchronous `ws.tools.invoke` from the main thread (as a cell calls it), min / median / p95 / max (n={s['n']:,}) | "
+        f"{s['min_ms']:.3f} / {s['median_ms']:.3f} / {s['p95_ms']:.3f} / {s['max_ms']:.3f} ms | | |",
         f"| cold: `ws.tools.import_mcp` (spawn, handshake, tools/list, 9 tools registered) | {r['cold_s']:.2f} s | | |",
     ]
     return f"""## MCP: tool-call round trip

@@ -288,7 +288,7 @@ def bench_live(steps: int = 200, runs: int = 3) -> dict:
         kc.stop_channels()
         km.shutdown_kernel(now=True)
     live, quiet = statistics.median(timings["live"]), statistics.median(timings["quiet"])
-    return {"steps": steps, "live_s": live, "quiet_s": quiet, "ratio": live / quiet}
+    return {"steps": steps, "live_s": live, "quiet_s": quiet, "ratio": live / quiet, "n": runs}
 
 
 def _ms(figures: dict) -> str:
@@ -328,10 +328,10 @@ after the first `%%agent` cell in the IPython shell: {first_loaded}.
 
 | what | ours | peer | ratio | target | |
 |---|---|---|---|---|---|
-| `%load_ext` in a fresh, warmed kernel (median of {load["n"]} kernels; kernel CPU {load["load_ext_cpu_s"] * 1000:.0f} ms) | {ours * 1000:.0f} ms | jupyter-ai-magics {results.get("jupyter_ai_version", "")}: {peer_cell} | {ratio} | well under 1 s | {ok(ours < 1)} |
+| `%load_ext` in a fresh, warmed kernel (median of {load["n"]} kernels; kernel CPU {load["load_ext_cpu_s"] * 1000:.0f} ms) | {ours * 1000:.0f} ms | jupyter-ai-magics{(" " + results["jupyter_ai_version"]) if results.get("jupyter_ai_version") else ""}: {peer_cell} | {ratio} | well under 1 s | {ok(ours < 1)} |
 | render a {r["steps"]}-step trajectory to HTML | {r["html_ms"]:.1f} ms ({r["html_kb"]:.0f} KB) | | | < 200 ms | {ok(r["html_ms"] < 200)} |
 | the whole display bundle (custom MIME JSON + HTML + text) of the same run | {r["bundle_ms"]:.1f} ms | | | | |
-| {live["steps"]}-step scripted `%%agent` run in a real kernel, live view on vs `--quiet` | {live["live_s"]:.2f} s vs {live["quiet_s"]:.2f} s | | {live["ratio"]:.2f}× | ≤ 1.5× | {ok(live["ratio"] <= 1.5)} |
+| {live["steps"]}-step scripted `%%agent` run in a real kernel, live view on vs `--quiet` (the two interleaved, medians of {live.get("n", 3)} each) | {live["live_s"]:.2f} s vs {live["quiet_s"]:.2f} s | | {live["ratio"]:.2f}× | ≤ 1.5× | {ok(live["ratio"] <= 1.5)} |
 
 `%load_ext tea_notebook` registers the magics only; the workspace opens on first use, and litellm
 (~2.5 s to import) loads with the first call of a real model (offline `tea/` models never load it).

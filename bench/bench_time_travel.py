@@ -551,9 +551,12 @@ def main() -> None:
             if big_on["tables"].get(k, 0) or big_off["tables"].get(k, 0)
         )
         + f". History blocks kept: {history['blobs']:,} blobs for {history['steps']:,} steps "
-        f"({history['per_step']:.2f} per step, {history['bytes'] / max(1, history['steps']):,.0f} B per step): a block is "
-        "kept once with its trailing newline and once without (as the last block before `</agent_history>` or "
-        "`<summaries>`), because the cuts fall before `\\n</agent_history>` / `\\n<summaries>`.",
+        f"({history['per_step']:.2f} per step, {history['bytes'] / max(1, history['steps']):,.0f} B per step)"
+        + (
+            ": each step's history block is stored once."
+            if history["per_step"] < 1.05
+            else ": some blocks are stored more than once (e.g. with and without a trailing newline)."
+        ),
         "",
     ]
     mid = [n for n in steps if n >= 100] if sum(n >= 100 for n in steps) > 1 else steps[-2:]

@@ -396,7 +396,7 @@ def render(results: dict[str, Any]) -> str:
                 f"{r['per_run_ms']:.0f} ms each) | {ms(m['sandbox'])} | | |",
                 f"| of which registration (`ToolMaker._register`) | {ms(m['register'])} | | |",
                 f"| of which the rest (retrieval, prompts, answer checks, the run's events) | {ms(m['rest'])} | | |",
-                f"| model time, excluded ({m['model_calls']:.0f} calls through litellm) | {ms(m['model'])} | | |",
+                f"| model time, excluded ({m['model_calls']:.0f} calls, offline: `ModelClient` serves `tea/` models itself) | {ms(m['model'])} | | |",
                 f"| wall time of `create`, model included | {ms(m['wall'])} | | |",
             ]
         )
@@ -409,7 +409,7 @@ Create → validate → register with a scripted model, excluding model time. 12
 (`{"`, `".join(t["name"] for t in TOOLS)}`:
 1–3 parameters, 2 examples in the specification, 2 tests each that check those and a third case),
 each one `ToolMaker(ws, client=...).create(task)`
-with a `ScriptedModel` answering every stage through litellm: hybrid retrieval of the tools
+with a `ScriptedModel` answering every stage (offline, no litellm): hybrid retrieval of the tools
 registered so far, need assessment, specification, code, tests checked for vacuity (run against
 stubs returning each example's output), validation in a fresh sandbox (the bubblewrap boundary and
 the audit tripwire; the tool in a process of its own; import, `TOOL_CONFIG`, the examples, the
@@ -420,7 +420,7 @@ registered tool is then invoked once, out of process, to check it.
 the checks, stop it), vacuity checks included; *registration* = time inside `ToolMaker._register`.
 Medians over {first["n"]} creations ({results["rounds"]} rounds, each a fresh workspace with the hashing
 embedder creating the 12 tools one after the other), after a warm-up creation in a throwaway
-workspace (litellm import, the bubblewrap probe). The second block is the same with one failed
+workspace (first imports, the bubblewrap probe). The second block is the same with one failed
 validation and one fix per tool (the first code raises `NotImplementedError`).
 
 | what | median | target | |
@@ -429,7 +429,7 @@ validation and one fix per tool (the first code raises `NotImplementedError`).
 {rows("with one fix", fixed, True)}
 
 Most of a tool's overhead is its sandbox runs: each is a fresh bubblewrap sandbox (the sandbox's
-cold start, ~70 ms on this machine, see Security boundary) in which the harness forks the tool into
+cold start, ~80 ms on this machine, see Environments) in which the harness forks the tool into
 a process of its own, imports it there and runs the tests several times against it: one run checks
 the tests against a constant stub per distinct example output, one validates (the tests against the
 real results, then against mutated ones), and a fix adds one validation run. The previous validator

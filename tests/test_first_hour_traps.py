@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 import warnings
 
 import pytest
@@ -220,3 +221,39 @@ def test_the_payload_marks_which_runs_fork_by_steps(adder):
     assert failed.status == "failed" and payload(failed.trajectory)["forkable"] == ""
     with pytest.raises(TeaError, match="cannot be forked"):
         run_sync(adder.fork(failed.run_id, 1))
+
+
+FIRST_HOSTED = """
+import json, os, sys
+os.environ.pop("OPENAI_API_KEY", None)
+import tea_notebook
+from tea_notebook.notebook.live import LiveView
+ws = tea_notebook.Workspace(sys.argv[1], embedder="hashing")
+assert "litellm" not in sys.modules
+seen = []
+view = LiveView(display=False)
+def watch(event):
+    view(event)
+    if event.type == "notice":
+        seen.append(view.html(tail=3))
+ws.events.subscribe(watch)
+result = ws.agent("hosted", model="openai/gpt-4o-mini", tools=[]).run_sync("hello", raise_on_error=False)
+notices = [e.data for e in ws.events.events(result.run_id) if e.type == "notice"]
+print(json.dumps({"status": result.status, "notices": notices, "html": seen}))
+"""
+
+
+def test_the_first_hosted_model_call_says_that_it_imports_litellm(tmp_path):
+    """A hosted model's first cell pays for litellm's import once, and the run's view says so meanwhile."""
+    import subprocess
+    import sys as _sys
+
+    out = subprocess.run(
+        [_sys.executable, "-c", FIRST_HOSTED, str(tmp_path / "ws")], capture_output=True, text=True, timeout=240
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    assert report["status"] == "error"  # no key: the call itself fails, after the import
+    first, done = report["notices"]
+    assert first["message"].startswith("importing litellm") and done["seconds"] > 0
+    assert "importing litellm" in report["html"][0]  # the live view showed it while it lasted

@@ -38,7 +38,8 @@ const HEADER: (keyof ITrajectory)[] = [
   'forkable',
   'files',
   'todo',
-  'forked_from'
+  'forked_from',
+  'note'
 ];
 
 function upsert<T>(into: T[], items: T[], key: (x: T) => unknown): void {

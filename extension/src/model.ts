@@ -93,6 +93,8 @@ export interface ITrajectory {
   forkable?: string;
   /** what this run's fork edited (forks.ts `parseEdit` reads it), or null */
   edit?: Record<string, unknown> | null;
+  /** a line the live view says beside the header while it matters (litellm's first import) */
+  note?: string;
   /** a live update that carries only what changed (live.ts merges it into what the view holds) */
   partial?: boolean;
   /** in a partial update: this sub-run's place among its parent's children */
@@ -261,6 +263,7 @@ function parseTraj(v: unknown, where: string, depth: number): ITrajectory {
     forked_from: o.forked_from ? str(o.forked_from) : null,
     forkable: str(o.forkable),
     edit: record(o.edit),
+    note: str(o.note),
     partial: o.partial === true,
     index: typeof o.index === 'number' && o.index >= 0 ? Math.floor(o.index) : undefined
   };

@@ -210,6 +210,11 @@ export class TrajectoryView {
       link.setAttribute('data-tea', 'forked-from');
       h.append(link);
     }
+    if (t.live && t.note) {
+      const note = el('span', 'tea-muted', t.note);
+      note.setAttribute('data-tea', 'note');
+      h.append(note);
+    }
     const edit = editHeader(t); // what the fork edited (timetravel.ts)
     if (edit) {
       h.append(edit);

@@ -197,6 +197,10 @@ class LiveView:
         run = self.runs.get(e.run_id)
         if run is None:
             return
+        if e.type == "notice":  # said in the header while it matters (litellm's first import)
+            run.note = str(d.get("message") or "")
+            self._touch(e.run_id)
+            return
         self._touch(e.run_id, e.step)
         if e.type == "model_request" and d.get("timeout"):
             timeout = float(d["timeout"])
@@ -273,6 +277,8 @@ class LiveView:
         run = self.runs[run_id]
         numbers = sorted(run.steps)
         out = [f"<div><span class='muted'>task:</span> {_esc(_field(run.task)[:300])}</div>"] if not depth else []
+        if run.note and not depth:
+            out.append(f"<div class='muted'>{_esc(_field(run.note))}</div>")
         for i, stage in enumerate(run.stages):  # every stage's configuration (a run has few), the current one open
             out.append(f"<details{' open' if i == len(run.stages) - 1 else ''}>{stage_summary_html(stage)}</details>")
         shown = numbers[-tail:] if not depth else []

@@ -73,6 +73,7 @@ def _header(view: "LiveView", run_id: str, whole: bool) -> dict[str, Any]:
         prompt_tokens=run.tokens,
         completion_tokens=0,
         cost=run.cost,
+        note=run.note,
     )
     return out
 

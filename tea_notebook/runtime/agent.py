@@ -877,11 +877,7 @@ class _Run(RunLog):
         self.emit("error", {"kind": "tools_interrupted", "message": message, "tools": tools, "still_running": still})
 
     async def execute(self) -> RunResult:
-        if self.agent.tool_mode == "auto" and not is_offline(self.model) and "litellm" not in sys.modules:
-            from tea_notebook.models.client import _litellm
-
-            await asyncio.to_thread(_litellm)  # its first import takes seconds: not on the shared loop
-            self.native = self._native()
+        first_hosted = self.agent.tool_mode == "auto" and not is_offline(self.model) and "litellm" not in sys.modules
         self.start(
             fork=self.fork,
             files=self.files,
@@ -891,6 +887,8 @@ class _Run(RunLog):
             fork_unit=self.fork_unit,
             **self.plan.started(),
         )
+        if first_hosted:
+            await self._import_litellm()
         for replayed, extra in self.plan.shown:  # one transaction for all of them, not one each
             self.emit("step", {**_step_data(replayed), "replayed": True, **extra}, replayed.number, durable=False)
         self.events.flush()
@@ -998,6 +996,19 @@ class _Run(RunLog):
         result = self._close(status, answer, error, files)
         await self.release_sessions()
         return result
+
+    async def _import_litellm(self) -> None:
+        """The first hosted model call of a kernel imports litellm (seconds, once): off the shared
+        loop, and said in the run's view while it lasts (a ``notice`` event), then how long it took."""
+        from tea_notebook.models.client import _litellm
+
+        self.emit("notice", {"message": "importing litellm for the first hosted model call (a few seconds, once)"})
+        started = time.perf_counter()
+        await asyncio.to_thread(_litellm)
+        self.native = self._native()
+        seconds = time.perf_counter() - started
+        done = f"litellm imported in {seconds:.1f} s (once per kernel)" if seconds >= 1 else ""
+        self.emit("notice", {"message": done, "seconds": round(seconds, 2)}, durable=True)
 
     def _replay_todo(self) -> None:
         """A fork's todo.md as it was after the replayed steps: their todo calls applied again (the

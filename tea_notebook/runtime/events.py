@@ -49,6 +49,7 @@ EVENT_TYPES = frozenset(
         "message",
         "thread",
         "egress_refused",
+        "notice",
     }
 )
 
