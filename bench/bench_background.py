@@ -107,7 +107,9 @@ def render(r: dict[str, Any], command: str) -> str:
         ratio = bg / fg
         ok = "✅" if ratio <= TARGET else "❌"
         label = "`--quiet`" if quiet else "live view on"
-        rows.append(f"| {label} | {spread(t[(False, quiet)])} | {spread(t[(True, quiet)])} | **{ratio:.2f}×** | ≤ {TARGET}× | {ok} |")
+        rows.append(
+            f"| {label} | {spread(t[(False, quiet)])} | {spread(t[(True, quiet)])} | **{ratio:.2f}×** | ≤ {TARGET}× | {ok} |"
+        )
     return f"""## Background runs
 
 Command: `{command}` — machine: {r["machine"]}; run {r["when"]}.

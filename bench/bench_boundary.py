@@ -329,7 +329,7 @@ def filter_report(figures: dict[str, Any], commit: str) -> str:
     cold = statistics.median(figures["after"]["cold"]) * 1e3
     return f"""## Seccomp filter: set-id modes at creation (issue 19)
 
-Command: `.venv/bin/python bench/bench_boundary.py --filter-only --filter-base {commit}`
+Command: `.venv/bin/python bench/bench_boundary.py --write --filter-only --filter-base {commit}`
 Machine: {machine()}; run {time.strftime("%Y-%m-%d")}. "before" is the seccomp filter of commit {commit} (set-id bits refused in chmod
 calls only), "after" this one (also in open/openat with O_CREAT or O_TMPFILE, creat, mknod, mknodat;
 openat2 refused with ENOSYS). Both run in the same process, interleaved round by round. The open row

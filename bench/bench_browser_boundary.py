@@ -143,7 +143,7 @@ def render(r: dict[str, Any]) -> str:
     verdict = "within" if added["confined"] <= NAVIGATION_TARGET else "OVER"
     return f"""## Browser boundary
 
-Command: `.venv/bin/python bench/bench_browser_boundary.py {r['args']}` — machine: {machine()}; run {time.strftime('%Y-%m-%d')}. Three sessions of the same `Browser` code, driven in
+Command: `.venv/bin/python bench/bench_browser_boundary.py {r["args"]}` — machine: {machine()}; run {time.strftime("%Y-%m-%d")}. Three sessions of the same `Browser` code, driven in
 one loop with their rounds interleaved: **direct** (Chromium on the host, no proxy: the browser before
 issue 19), **proxy** (the fallback: on the host, through the egress proxy) and **confined** (the default:
 inside bubblewrap, its only network the bridge to the proxy). `goto` of a local page (allowed by the

@@ -300,7 +300,11 @@ def render(results: dict) -> str:
     ok = lambda cond: "✅" if cond else "❌"  # noqa: E731
     load, peer_run = results["load_ext"], results.get("load_ext_jupyter_ai")
     ours, peer = load["load_ext_s"], (peer_run or {}).get("load_ext_s")
-    peer_cell = f"{peer * 1000:.0f} ms" if peer else "not measured (no virtualenv with jupyter-ai-magics given: `--jupyter-ai-python`)"
+    peer_cell = (
+        f"{peer * 1000:.0f} ms"
+        if peer
+        else "not measured (no virtualenv with jupyter-ai-magics given: `--jupyter-ai-python`)"
+    )
     ratio = f"{ours / peer:.2f}×" if peer else ""
     r, live = results["render"], results["live"]
     imp, first = results["import_open"], results["first_cell"]
@@ -334,7 +338,7 @@ after the first `%%agent` cell in the IPython shell: {first_loaded}.
 | {live["steps"]}-step scripted `%%agent` run in a real kernel, live view on vs `--quiet` (the two interleaved, medians of {live.get("n", 3)} each) | {live["live_s"]:.2f} s vs {live["quiet_s"]:.2f} s | | {live["ratio"]:.2f}× | ≤ 1.5× | {ok(live["ratio"] <= 1.5)} |
 
 `%load_ext tea_notebook` registers the magics only; the workspace opens on first use, and litellm
-(~2.5 s to import) loads with the first call of a real model (offline `tea/` models never load it).
+(seconds to import; not measured here) loads with the first call of a real model (offline `tea/` models never load it).
 numpy and faiss load when vectors are first touched, pydantic builds a record type's validator when
 the first record of that type is made, and jsonschema is imported only to report a tool call's bad
 arguments (valid ones are checked without it). The live view re-renders at most every 0.25 s

@@ -678,7 +678,7 @@ def render(results: dict[str, Any], command: str) -> str:
         f"/ p90 | {r['run_overhead_per_round']['median_ms']:.1f} / {r['run_overhead_per_round']['p90_ms']:.1f} ms | | |",
         f"| corpus index build, {r['indexed']:,} documents → {r['chunks']:,} chunks, MiniLM (once, before timing) "
         f"| {r['build_s']:.1f} s | | |",
-        f"| first research run in a fresh process (litellm's import and first call included), whole run "
+        f"| first research run in a fresh process (first imports and calls included), whole run "
         f"| {r['first']['wall_s'] * 1000:.0f} ms | | |",
         f"| conversion cold, ours: {d['files']} files, {pages} pages ({d['units']['pdf']} PDF pages), sandbox start "
         f"and markitdown import included | {d['ours_cold_s']:.2f} s ({ours_pps:.1f} pages/s) | | |",
@@ -775,8 +775,8 @@ page read, check never says "answered" (so every run does its 3 rounds), report 
 is 3 rounds + the report (4 steps, 13 model calls); {over["n"] // 3} runs after 4 warm-up runs. A round's wall time is
 taken from the events (an event subscriber notes the clock at each one): from the previous step event, or
 `run_started` for round 1, to the round's own step event, which is written (SQLite) before subscribers see it.
-Model time is the `latency` of the round's `model_response` events, the time inside `litellm.acompletion` for the
-scripted model; everything else is counted as framework time — including **page reading: the corpus engine
+Model time is the `latency` of the round's `model_response` events, the time inside the model call (the scripted
+model is served offline by `ModelClient` itself, no litellm); everything else is counted as framework time — including **page reading: the corpus engine
 reads its documents from its own index (SQLite), so it is framework work and is not subtracted** (a web engine's
 page fetches would be). The first round of a run in a fresh process costs more
 ({", ".join(f"{x:.0f}" for x in r["first"]["round_overhead_ms"])} ms for its 3 rounds here: imports and first calls).
@@ -804,7 +804,7 @@ Warm is the same folder converted again by a new `DocumentConverter` in the same
 file a cache hit: read, hash, JSON cache entry read; no sandbox), median of 5 passes per repetition. The first
 file took {d["ours_first_s"] * 1000:.0f} ms with ours against {d["peer_first_s"] * 1000:.0f} ms of conversion for markitdown: about
 {start_cost * 1000:.0f} ms of start cost (sandbox start and markitdown's import), spread over the folder. After that,
-each file costs about {d["per_file_extra_ms"]:.1f} ms more than markitdown's own conversion of it (median over the
+each file costs about {d["per_file_extra_ms"]:+.1f} ms over markitdown's own conversion of it (median over the
 non-PDF files after the first, whose conversions are quick enough for it to show: copying the file into the run
 folder, the request to the sandbox and back, the markdown written there and read back, hashing and the cache
 entry). On a single small file the start is most of the time: the one-page PDF rows above (median of {sm["n"]},

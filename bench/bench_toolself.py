@@ -201,7 +201,7 @@ too). Without resets each prompt carries every earlier step, so the total grows 
 length; with a reset every {every} steps a prompt carries at most {every} steps plus the stage's configuration,
 so the total grows linearly. The plain agent's memory folding also bounds its context (to its memory budget
 rather than to a stage); offline its summaries are extractive, so no summarisation call is counted for it here,
-where a real model would add one per fold. Wall times are after a warm-up run (litellm's import) and include
+where a real model would add one per fold. Wall times are after a warm-up run (first imports) and include
 writing every event to SQLite.
 """
 

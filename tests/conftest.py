@@ -53,3 +53,23 @@ def ip(tmp_path_factory):
     InteractiveShell.clear_instance()
     for name in set(vars(builtins)) - before:
         delattr(builtins, name)
+
+
+@pytest.fixture
+def magics(ip):
+    """The shell's TeaMagics (its settings and current workspace)."""
+    return ip.magics_manager.registry["TeaMagics"]
+
+
+def magics_workspace(ip, tmp_path, monkeypatch, **settings):
+    """A fresh workspace (hashing embedder) made current for the shell's magics through ``%tea
+    workspace``, from ``tmp_path`` as the working folder, with no model configured and the given
+    ``%config TeaMagics`` settings (``live=True``...)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("TEA_MODEL", raising=False)
+    path = tmp_path / "ws"
+    tea_notebook.Workspace(path, embedder="hashing").close()
+    ip.run_line_magic("config", "TeaMagics.default_model = None")
+    for name, value in settings.items():
+        ip.run_line_magic("config", f"TeaMagics.{name} = {value!r}")
+    return ip.run_line_magic("tea", f"workspace {path}")

@@ -18,15 +18,14 @@ import pytest
 
 pytest.importorskip("IPython")
 
+from conftest import magics_workspace  # noqa: E402
 from IPython.core.error import UsageError  # noqa: E402
 
-import tea_notebook  # noqa: E402
 from tea_notebook.evolve.llm import stage_of  # noqa: E402
 from tea_notebook.evolve.loop import EvolutionResult  # noqa: E402
 from tea_notebook.evolve.stats import ToolStats  # noqa: E402
 from tea_notebook.evolve.toolmaker import Creation  # noqa: E402
 from tea_notebook.models.offline import ScriptedModel, call, history_calls  # noqa: E402
-from tea_notebook.notebook.magics import TeaMagics  # noqa: E402
 from tea_notebook.notebook.memory_view import MemoryExplorer  # noqa: E402
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -126,21 +125,9 @@ def code_answer(src: str) -> dict[str, Any]:
 
 # -- the shell ------------------------------------------------------------------------------------------
 @pytest.fixture
-def magics(ip) -> TeaMagics:
-    return ip.magics_manager.registry["TeaMagics"]
-
-
-@pytest.fixture
 def ws(ip, magics, tmp_path, monkeypatch):
     """A fresh workspace (hashing embedder) made current through %tea workspace; no model configured."""
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("TEA_MODEL", raising=False)
-    path = tmp_path / "ws"
-    tea_notebook.Workspace(path, embedder="hashing").close()
-    ip.run_line_magic("config", "TeaMagics.default_model = None")
-    ip.run_line_magic("config", "TeaMagics.tool_approval = 'auto'")
-    ip.run_line_magic("config", "TeaMagics.live = True")
-    switched = ip.run_line_magic("tea", f"workspace {path}")
+    switched = magics_workspace(ip, tmp_path, monkeypatch, tool_approval="auto", live=True)
     yield switched
 
 

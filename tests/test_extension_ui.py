@@ -18,8 +18,9 @@ import os
 import re
 import shutil
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
 from jupyter_process import JupyterProcess, launch_chromium
@@ -101,6 +102,22 @@ def shots(tmp_path_factory):
 
     shot.folder = folder
     return shot
+
+
+@contextmanager
+def notebook_page(lab: Any, browser: Any, name: str, cells: list[Any]) -> Iterator["Page"]:
+    """A notebook of ``cells`` written under the server's root and a fresh browser page on it (not
+    opened yet); on leaving, the page is closed and no error of the extension may have reached it."""
+    (lab.root / name).write_text(json.dumps(_notebook(cells)))
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    try:
+        yield Page(page, lab)
+    finally:
+        context.close()
+    assert not [e for e in errors if "tea" in e.lower()], errors
 
 
 class Page:
@@ -302,24 +319,15 @@ def _evil_outputs() -> list[Any]:
 def test_the_extension_in_jupyterlab(lab, browser, shots):
     ws_path = lab.root / "ws"  # under the server's root: the run's files open in JupyterLab
     cells = [SETUP.format(ws=str(ws_path)), TOOLS, TEAM, RUN_PLANNER, RUN_SLOW, "1 + 1"]
-    (lab.root / "ui.ipynb").write_text(json.dumps(_notebook(cells)))
     evil = _evil_outputs()
     (lab.root / "untrusted.ipynb").write_text(json.dumps(_notebook([(f"# {n}", o) for n, o in evil])))
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
-    page = context.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    lp = Page(page, lab)
-    try:
+    with notebook_page(lab, browser, "ui.ipynb", cells) as lp:
         _run_and_inspect(lp, shots)
         _stop_from_the_renderer(lp, shots)
         _fork_from_a_step(lp)
         _sidebar(lp, shots)
         _reload(lp, shots)
         _untrusted(lp, shots)
-    finally:
-        context.close()
-    assert not [e for e in errors if "tea" in e.lower()], errors
 
 
 def _run_and_inspect(lp: Page, shots: Any) -> None:

@@ -13,7 +13,7 @@ import json
 import time
 
 import pytest
-from test_extension_ui import MIME, SETUP, Lab, Page, _notebook, browser, lab  # noqa: F401
+from test_extension_ui import MIME, SETUP, Lab, Page, browser, lab, notebook_page  # noqa: F401
 
 pytestmark = pytest.mark.slow
 
@@ -58,13 +58,8 @@ def _saved_outputs(server: Lab, name: str, index: int) -> list:
 
 def test_updates_carry_changes_and_the_view_shows_every_step_and_survives_a_reload(lab, browser):  # noqa: F811
     cells = [SETUP.format(ws=str(lab.root / "live-ws")), TOOL, SCRIPT, RUN, "6 * 7"]
-    (lab.root / "live.ipynb").write_text(json.dumps(_notebook(cells)))
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
-    page = context.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    lp = Page(page, lab)
-    try:
+    with notebook_page(lab, browser, "live.ipynb", cells) as lp:
+        page = lp.page
         lp.open("live.ipynb")
         for i in range(3):
             lp.run(i)
@@ -125,6 +120,3 @@ def test_updates_carry_changes_and_the_view_shows_every_step_and_survives_a_relo
         print("after the reload, the cell shows", statuses)
         assert "success" in statuses
         assert _count(lp, 3) == STEPS + 1
-    finally:
-        context.close()
-    assert not [e for e in errors if "tea" in e.lower()], errors

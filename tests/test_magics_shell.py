@@ -13,6 +13,7 @@ import pytest
 
 pytest.importorskip("IPython")
 
+from conftest import magics_workspace  # noqa: E402
 from IPython.core.error import UsageError  # noqa: E402
 from traitlets.config import Config  # noqa: E402
 
@@ -31,21 +32,10 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 # -- the shell ---------------------------------------------------------------------------------
 @pytest.fixture
-def magics(ip) -> TeaMagics:
-    return ip.magics_manager.registry["TeaMagics"]
-
-
-@pytest.fixture
 def ws(ip, magics, tmp_path, monkeypatch):
     """A fresh workspace (hashing embedder) made current through %config and %tea workspace."""
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("TEA_MODEL", raising=False)
     path = tmp_path / "ws"
-    tea_notebook.Workspace(path, embedder="hashing").close()
-    ip.run_line_magic("config", "TeaMagics.default_model = None")
-    ip.run_line_magic("config", "TeaMagics.live = True")
-    ip.run_line_magic("config", f"TeaMagics.workspace_path = {str(path)!r}")
-    switched = ip.run_line_magic("tea", f"workspace {path}")
+    switched = magics_workspace(ip, tmp_path, monkeypatch, live=True, workspace_path=str(path))
     assert switched.path == path.resolve() and magics.workspace is switched
     assert switched.embedder.id.startswith("hashing")
     yield switched

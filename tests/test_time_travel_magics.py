@@ -11,6 +11,7 @@ import pytest
 
 pytest.importorskip("IPython")
 
+from conftest import magics_workspace  # noqa: E402
 from IPython.core.error import UsageError  # noqa: E402
 
 import tea_notebook  # noqa: E402
@@ -29,19 +30,9 @@ WORK = '''def work(n: int) -> str:
 
 
 @pytest.fixture
-def magics(ip):
-    return ip.magics_manager.registry["TeaMagics"]
-
-
-@pytest.fixture
 def ws(ip, magics, tmp_path, monkeypatch):
     """A fresh workspace (hashing embedder) the magics use; ``work`` registered; no ``ws`` variable."""
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("TEA_MODEL", raising=False)
-    path = tmp_path / "ws"
-    tea_notebook.Workspace(path, embedder="hashing").close()
-    ip.run_line_magic("config", "TeaMagics.default_model = None")
-    switched = ip.run_line_magic("tea", f"workspace {path}")
+    switched = magics_workspace(ip, tmp_path, monkeypatch)
     ip.run_cell_magic("tool", "", WORK)
     for name in ("ws", "tea_ws"):
         ip.user_ns.pop(name, None)

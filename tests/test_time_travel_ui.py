@@ -14,7 +14,7 @@ import json
 from typing import Any
 
 import pytest
-from test_extension_ui import MIME, SETUP, Page, _notebook, browser, lab, shots  # noqa: F401 - fixtures
+from test_extension_ui import MIME, SETUP, Page, browser, lab, notebook_page, shots  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.slow
 
@@ -50,13 +50,7 @@ def _run_id(lp: Page, index: int) -> str:
 def test_context_and_edit_and_fork_in_jupyterlab(lab, browser, shots):  # noqa: F811 - fixtures
     ws_path = lab.root / "tt-ws"
     cells = [SETUP.format(ws=str(ws_path)), TOOL, SCRIPTS, RUN]
-    (lab.root / "tt.ipynb").write_text(json.dumps(_notebook(cells)))
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
-    page = context.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    lp = Page(page, lab)
-    try:
+    with notebook_page(lab, browser, "tt.ipynb", cells) as lp:
         lp.open("tt.ipynb")
         for i in range(3):
             lp.run(i)
@@ -68,9 +62,6 @@ def test_context_and_edit_and_fork_in_jupyterlab(lab, browser, shots):  # noqa: 
         run_id = _run_id(lp, 3)
         _context(lp, out, shots)
         _edit_and_fork(lp, out, run_id, shots)
-    finally:
-        context.close()
-    assert not [e for e in errors if "tea" in e.lower()], errors
 
 
 def _context(lp: Page, out: Any, shots: Any) -> None:  # noqa: F811 - the fixture, passed on

@@ -10,7 +10,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from tea_notebook.runtime.forking import Edit, ForkError, ForkPlan, StepOverride, plan_fork, plan_resume, stored_steps
+from tea_notebook.runtime.forking import (
+    Edit,
+    ForkError,
+    ForkPlan,
+    StepOverride,
+    plan_fork,
+    plan_resume,
+    stored_steps,
+    thoughts_of,
+)
 
 if TYPE_CHECKING:
     from tea_notebook.protocol.context import Context
@@ -227,12 +236,7 @@ async def _fork_nested(
         others = {c.id: stored.results[c.id] for c in stored.calls if c.id != call_id and c.id in stored.results}
         parent_plan.overrides[at] = StepOverride(
             calls=list(stored.calls),
-            thoughts={
-                "thinking": stored.record.thinking,
-                "evaluation_previous_goal": stored.record.evaluation,
-                "memory": stored.record.memory,
-                "next_goal": stored.record.next_goal,
-            },
+            thoughts=thoughts_of(stored.record),
             stored=others,
             verbatim={c.id for c in stored.calls},
             subforks={child["agent"]: [child_plan]},

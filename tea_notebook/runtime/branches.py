@@ -41,6 +41,21 @@ class Branch:
     how: str = ""
     children: list["Branch"] = field(default_factory=list)
 
+    @property
+    def origin(self) -> str:
+        """How this branch was made and where ("observation of action 1 edited at step 3"); "" for the first run."""
+        at = f" at step {self.fork_step}" if self.fork_step is not None and self.forked_from else ""
+        return f"{self.how}{at}" if self.how else ""
+
+    @classmethod
+    def of(cls, ws: "Workspace", row: dict, steps: int, how: str = "") -> "Branch":
+        """The branch of a run row with ``steps`` steps, its tokens and cost summed over its sub-runs."""
+        prompt, completion, cost = ws.db.model_usage(ws.db.descendants(row["id"]))
+        return cls(
+            row["id"], row["agent"], row["model"], row["status"], row["answer"] or "", steps, prompt, completion,
+            cost, row["forked_from"], row["fork_step"], how,
+        )  # fmt: skip
+
     def walk(self, depth: int = 0) -> list[tuple[int, "Branch"]]:
         """This branch and those under it, depth first, with their depth."""
         out = [(depth, self)]
@@ -99,23 +114,10 @@ class Branches:
             frontier = [r["id"] for r in found]
         started = {run: json.loads(data) for run, _, _, data in ws.db.run_events_of_type(list(rows), ["run_started"])}
         counts = ws.db.step_counts(list(rows))
-        nodes: dict[str, Branch] = {}
-        for rid, r in rows.items():
-            prompt, completion, cost = ws.db.model_usage(ws.db.descendants(rid))
-            nodes[rid] = Branch(
-                rid,
-                r["agent"],
-                r["model"],
-                r["status"],
-                r["answer"] or "",
-                counts.get(rid, (0, 0))[0],
-                prompt,
-                completion,
-                cost,
-                r["forked_from"],
-                r["fork_step"],
-                _how(started.get(rid, {})) if r["forked_from"] else "",
-            )
+        nodes = {
+            rid: Branch.of(ws, r, counts.get(rid, (0, 0))[0], _how(started.get(rid, {})) if r["forked_from"] else "")
+            for rid, r in rows.items()
+        }
         for rid, node in nodes.items():
             if node.forked_from in nodes and rid != row["id"]:
                 nodes[node.forked_from].children.append(node)
@@ -138,8 +140,7 @@ class Branches:
         """The tree as indented lines (what ``%tea branches`` prints)."""
         lines = []
         for depth, b in self.root.walk():
-            at = f" at step {b.fork_step}" if b.fork_step is not None and b.forked_from else ""
-            how = f" [{b.how}{at}]" if b.how else ""
+            how = f" [{b.origin}]" if b.origin else ""
             mark = "  ← asked" if b.run_id == self.asked else ""
             lines.append(
                 f"{'    ' * depth}{b.run_id} {b.agent} · {b.status} · {b.steps} steps · "
@@ -158,8 +159,7 @@ class Branches:
     def _repr_html_(self) -> str:
         rows = []
         for depth, b in self.root.walk():
-            at = f" at step {b.fork_step}" if b.fork_step is not None and b.forked_from else ""
-            how = f"<span class='tea-branch-how'>{html.escape(b.how + at)}</span>" if b.how else "first run"
+            how = f"<span class='tea-branch-how'>{html.escape(b.origin)}</span>" if b.origin else "first run"
             me = " style='font-weight:bold'" if b.run_id == self.asked else ""
             rows.append(
                 f"<tr{me} data-run='{html.escape(b.run_id)}'><td style='padding-left:{depth * 1.5 + 0.3}em'>"
@@ -211,25 +211,8 @@ class Comparison:
             diverges = common[-1] + 1
         elif diverges is None and not common and (steps[0] or steps[1]):
             diverges = 1
-        branches = []
         counts = ws.db.step_counts([r["id"] for r in rows])
-        for row in rows:
-            prompt, completion, cost = ws.db.model_usage(ws.db.descendants(row["id"]))
-            branches.append(
-                Branch(
-                    row["id"],
-                    row["agent"],
-                    row["model"],
-                    row["status"],
-                    row["answer"] or "",
-                    counts.get(row["id"], (0, 0))[0],
-                    prompt,
-                    completion,
-                    cost,
-                    row["forked_from"],
-                    row["fork_step"],
-                )
-            )
+        branches = [Branch.of(ws, row, counts.get(row["id"], (0, 0))[0]) for row in rows]
         return cls(branches[0], branches[1], diverges, steps[0], steps[1])
 
     def summary(self) -> dict[str, Any]:

@@ -345,7 +345,7 @@ def plan_fork(
                 )
             overrides[n] = StepOverride(
                 calls=list(stored.calls),
-                thoughts=_thoughts(stored.record),
+                thoughts=thoughts_of(stored.record),
                 verbatim={c.id for c in stored.calls},
                 note="re-executed live",
             )
@@ -389,7 +389,8 @@ def plan_resume(events: list["Event"], run_id: str) -> ForkPlan:
     return plan
 
 
-def _thoughts(record: StepRecord) -> dict[str, str]:
+def thoughts_of(record: StepRecord) -> dict[str, str]:
+    """A stored step's thoughts as the model gave them (the keys of its JSON output)."""
     return {
         "thinking": record.thinking,
         "evaluation_previous_goal": record.evaluation,
