@@ -570,3 +570,33 @@ def test_requests_with_images_and_other_shapes_are_rebuilt_exactly():
         "r", [Ev("r", "model_request", 1, {"context": fresh.record(big, None, {})})], kept.get
     ).context(1)
     assert clipped.clipped and "not kept" in clipped.messages[0]["content"][1]["image_url"]["url"]
+
+
+def test_a_sub_agent_run_started_by_a_toolself_stage_is_forked_through_its_parent_only(ws, worker):
+    """A nested run whose parent is not an agent loop forked by steps (a ToolSelf run) is refused,
+    naming the run to fork instead; nothing is written."""
+    from tea_notebook.errors import TeaError
+
+    ws.agent("helper", model=ScriptedModel([call("done", success=True, text="h")]).name, tools=[], description="H.")
+    engine = json.dumps(
+        {"next_sub_goal": "ask", "execution_strategy": "ask", "toolbox": ["helper_agent"], "inter_agent_knowledge": ""}
+    )
+
+    def brain(messages, tools):
+        if "Agent Configuration Engineer" in messages[0]["content"]:
+            return engine
+        if "helper_agent" in user(messages) and "-> " in user(messages):
+            return call(
+                "finish",
+                task_completion_status="complete",
+                final_result="ok",
+                execution_summary={"detailed_execution": ["asked"], "tools_used": ["helper_agent"]},
+            )
+        return call("helper_agent", task="help")
+
+    first = ws.toolself("ts", model=ScriptedModel(brain).name, sub_agents=["helper"], tools=[]).run_sync("go")
+    sub = first.trajectory.children[0]
+    runs = run_count(ws)
+    with pytest.raises(TeaError, match="fork that run"):
+        run_sync(ws.fork(sub.run_id, 1))
+    assert run_count(ws) == runs

@@ -216,6 +216,7 @@ async def _fork_nested(
     """A sub-agent's run forked: its parent forked at the step that called it, that call continuing
     with the sub-agent's fork and the step's other calls replayed; up to the run a person started."""
     from tea_notebook.agents.kinds import build
+    from tea_notebook.runtime.trajectory import fork_unit
 
     runner = build(ws, row["agent"])
     plan = plan_fork(events, row["id"], step, change, rerun_from=rerun_from, check_action=action_checker(ws, runner))
@@ -225,6 +226,11 @@ async def _fork_nested(
     while child["parent_id"]:
         parent = _row(ws, child["parent_id"])
         parent_events = ws.events.events(parent["id"], nested=False)
+        if fork_unit(parent_events) != "steps":  # a ToolSelf stage or a CORAL member goes on by other rules
+            raise ForkError(
+                f"run {child['id']} was started by run {parent['id']} ({parent['agent']}), which is not an agent "
+                "loop forked by steps: fork that run (a ToolSelf run at a stage, a CORAL team at a message)"
+            )
         at, call_id = _dispatch(ws, child, parent_events)
         stored = stored_steps(parent_events, parent["id"]).get(at)
         if stored is None:
