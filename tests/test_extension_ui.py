@@ -530,7 +530,12 @@ def _reload(lp: Page, shots: Any) -> None:
         raise
     trajs.last.scroll_into_view_if_needed()
     assert trajs.last.locator("[data-tea=status]").inner_text() == "success"
-    assert lp.cell(5).locator(".tea-traj [data-tea=status]").last.inner_text() == "interrupted"
+    # the stopped run's output may still be taking its stored trajectory from the kernel: wait for a status
+    stopped = lp.cell(5).locator(".tea-traj [data-tea=status]").last
+    deadline = time.monotonic() + 15
+    while not stopped.inner_text().strip() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert stopped.inner_text() == "interrupted"
     assert page.locator("[data-tea=stop]").count() == 0
 
 
