@@ -129,8 +129,6 @@ async def fork_run(
     }
     if unit == "messages":
         return await _fork_messages(runner, row, events, step, change, task, options)
-    if rerun_from is not None and not hasattr(runner, "_new_run"):
-        raise ForkError(f"run {row['id']} cannot be forked: its agent {row['agent']!r} is no agent loop now")
     if not hasattr(runner, "_new_run"):
         raise ForkError(f"run {row['id']} cannot be forked: its agent {row['agent']!r} is no agent loop now")
     plan = plan_fork(events, row["id"], step, change, rerun_from=rerun_from, check_action=action_checker(ws, runner))

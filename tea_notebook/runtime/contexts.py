@@ -21,7 +21,6 @@ changed since the previous step (``result.context(step)``, ``%tea context RUN --
 from __future__ import annotations
 
 import bisect
-import html
 import json
 import re
 from dataclasses import dataclass, field
@@ -497,11 +496,6 @@ class ContextReader:
                         text.append(self._text(r))
                 out.append({"role": role, "content": content})
         return out
-
-
-def context_html_escape(text: str) -> str:
-    """HTML-escaped text (the renderer's helper, here so that the context view needs no other import)."""
-    return html.escape(text)
 
 
 @dataclass
