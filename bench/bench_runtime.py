@@ -339,7 +339,7 @@ def bench_prompts(n: int) -> dict[str, Any]:
 def bench_breakdown() -> dict[str, Any]:
     """Our per-step pieces, each timed alone (median microseconds per call)."""
     from tea_notebook.redaction import redact
-    from tea_notebook.runtime.agent import _Run
+    from tea_notebook.runtime.agent import AgentRun
     from tea_notebook.runtime.prompts import StepRecord, build_messages
 
     def per_call(fn: Callable[[], Any], k: int = 300) -> float:
@@ -361,7 +361,7 @@ def bench_breakdown() -> dict[str, Any]:
             return lookup_value(key)
 
         agent = ws.agent("bench", tools=["lookup"], max_steps=201, model="tea/script:bench-direct")
-        run = _Run(agent, TASK, [], None, None, 201, None, None)
+        run = AgentRun(agent, TASK, [], None, None, 201, None, None)
         ws.db.start_run(
             {
                 "id": run.run_id,
@@ -588,9 +588,9 @@ Where our time per step goes (each piece timed alone, median per call; a step is
 | of which `redact` of the payload (environment compared with its snapshot: {b["env_vars"]} variables) | {b["redact_us"]:.0f} µs |
 | of which the SQLite insert (`Database.append_events`, one row) | {b["append_event_us"]:.0f} µs |
 | tool call through TCP (`ws.tools.ainvoke`: lookup, schema check, thread hop, usage row) | {b["tool_invoke_us"]:.0f} µs |
-| the same with its two events (`_Run._run_action`) | {b["run_action_us"]:.0f} µs |
+| the same with its two events (`AgentRun._run_action`) | {b["run_action_us"]:.0f} µs |
 | the tool function called directly | {b["tool_direct_us"]:.1f} µs |
-| tools offered this step (`_Run._offered`: registry read + relation pruning) | {b["offered_us"]:.0f} µs |
+| tools offered this step (`AgentRun._offered`: registry read + relation pruning) | {b["offered_us"]:.0f} µs |
 | prompt assembly (`build_messages`, 4 live steps + 10 summaries) | {b["build_messages_us"]:.0f} µs |
 
 {explanation}"""

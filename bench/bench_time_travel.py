@@ -89,9 +89,10 @@ class RecorderOff:
         original = self._request
 
         def request_event(run: RunLog, client: Any, model: str, **data: Any) -> dict[str, Any]:
-            if data.get("context", 0) is None:
-                del data["context"]
-            return original(run, client, model, **data)
+            event: dict[str, Any] = dict(original(run, client, model, **data))
+            if event.get("context", 0) is None:
+                del event["context"]
+            return event
 
         ContextRecorder.record = lambda self, *a, **k: None  # type: ignore[method-assign]
         RunLog.request_event = request_event  # type: ignore[method-assign]

@@ -1,6 +1,6 @@
 """Re-execute the tutorials in place (offline, no TEA_MODEL) and store them without timing metadata.
 
-    .venv/bin/python scripts/refresh_notebooks.py
+.venv/bin/python scripts/refresh_notebooks.py
 """
 
 import os

@@ -1,14 +1,20 @@
 #!/usr/bin/env bash
 # Set up (a .venv with tea_notebook[dev,docs]) and run every test. Extra arguments go to pytest.
-# With no arguments (what CI runs) it also builds the documentation site with --strict
-# (what scripts/docs.sh does) and smoke-tests the wheel installed with no extras (scripts/smoke_wheel.sh);
-# TEA_PACKAGE_CHECKS=0 skips those two, TEA_PACKAGE_CHECKS=1 runs them with arguments too.
+# With no arguments (what CI runs) it first runs the static checks (ruff check, ruff format --check and
+# mypy: scripts/lint.sh), then builds the documentation site with --strict (what scripts/docs.sh does)
+# and smoke-tests the wheel installed with no extras (scripts/smoke_wheel.sh);
+# TEA_STATIC_CHECKS=0 skips the static checks and TEA_PACKAGE_CHECKS=0 the other two; =1 runs them with
+# arguments too. Any of them failing fails the run, after the suite.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh" dev,docs
+source "$(dirname "${BASH_SOURCE[0]}")/lint.sh"
 ensure_bubblewrap
 ensure_browser
 cd "$ROOT"
 failed=()
+if [ "${TEA_STATIC_CHECKS:-$([ $# -eq 0 ] && echo 1 || echo 0)}" = "1" ]; then
+    run_static_checks
+fi
 if [ "${TEA_PACKAGE_CHECKS:-$([ $# -eq 0 ] && echo 1 || echo 0)}" = "1" ]; then
     echo "==> the documentation site (mkdocs build --strict)"
     start=$(date +%s)

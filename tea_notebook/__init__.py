@@ -6,8 +6,7 @@ Nothing happens at import time: heavy dependencies (faiss, onnxruntime, litellm)
 from __future__ import annotations
 
 from tea_notebook._lazy import lazy_getattr
-
-__version__ = "0.1.0"
+from tea_notebook.version import __version__
 
 _EXPORTS = {
     "Workspace": "tea_notebook.workspace",

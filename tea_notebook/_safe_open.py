@@ -127,7 +127,7 @@ def check_kind(path: str, st: os.stat_result, mode: str) -> None:
 def _missing(path: str) -> EnvironmentFailure:
     """The failure for a path with nothing at its end (or a folder missing on the way)."""
     failure = EnvironmentFailure(f"{path!r} does not exist in the run folder")
-    failure.missing = True  # type: ignore[attr-defined] - read by read_beneath() and exists_beneath()
+    failure.missing = True  # type: ignore[attr-defined]  # read by read_beneath() and exists_beneath()
     return failure
 
 
@@ -197,7 +197,7 @@ class Beneath:
         via = "a symbolic link" if via_link else "'..'"
         to = f", to {target}" if target else ""
         failure = EnvironmentFailure(f"path {path!r} refused: it leads outside the run folder (through {via}{to})")
-        failure.leads_outside = True  # type: ignore[attr-defined] - read by lookup()
+        failure.leads_outside = True  # type: ignore[attr-defined]  # read by lookup()
         return failure
 
     def _locate(
@@ -365,9 +365,9 @@ class Beneath:
                     raise _missing(path)
                 if seen is not None:
                     check_kind(path, seen, mode)  # refused before it is even opened
-                fd = self._open_at(dir_fd, name, path, mode)
-                if fd is not None:
-                    return Opened(fd, "/".join(parts), os.fstat(fd), created=seen is None)
+                file_fd = self._open_at(dir_fd, name, path, mode)
+                if file_fd is not None:
+                    return Opened(file_fd, "/".join(parts), os.fstat(file_fd), created=seen is None)
             finally:
                 if dir_fd >= 0:
                     os.close(dir_fd)
@@ -443,7 +443,8 @@ class _Held:
     itself), closed at the end; a :class:`Beneath` given is used as it is and left open."""
 
     def __init__(self, root: str | os.PathLike[str] | Beneath, create: bool = False):
-        self.root, self.create, self.made = root, create, None
+        self.root, self.create = root, create
+        self.made: Beneath | None = None
 
     def __enter__(self) -> Beneath:
         if isinstance(self.root, Beneath):

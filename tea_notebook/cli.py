@@ -5,9 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tea_notebook.errors import TeaError
+from tea_notebook.flags import EVAL_OPTIONS, add_flags
+
+if TYPE_CHECKING:
+    from tea_notebook.runtime.events import Event
 
 
 def _workspace(args: argparse.Namespace):
@@ -92,13 +96,15 @@ def cmd_notebooks(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from tea_notebook.agents.kinds import resolve
     from tea_notebook.models.client import display_name
-    from tea_notebook.runtime.agent import Agent
 
     ws = _workspace(args)
-    agent = Agent.from_record(ws, args.agent) if args.agent in ws.agents else ws.agent(args.agent)
-    if args.max_steps:
-        agent.max_steps = args.max_steps
+    # as %%agent NAME: a registered agent of any kind, a kind's shortcut, or a new plain agent
+    try:
+        agent = resolve(ws, args.agent, None, {"max_steps": args.max_steps} if args.max_steps else None)
+    except ValueError as exc:
+        raise TeaError(str(exc)) from None
     model, _ = agent.resolved_model(args.model)
     log = None if args.json else _StepLog()
     stop = ws.events.subscribe(log) if log else None
@@ -121,7 +127,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 class _StepLog:
     """Prints a readable live log of a run from its events."""
 
-    def __call__(self, event: Any) -> None:
+    def __call__(self, event: "Event") -> None:
         d, depth = event.data, "  " if event.parent_id else ""
         if event.type == "run_started" and d.get("note"):
             print(f"{depth}note: {d['note']}", flush=True)
@@ -155,29 +161,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
         from tea_notebook.eval.datasets import sample_path
 
         tasks = sample_path()
-    results = evaluate(
-        ws,
-        args.agent,
-        tasks,
-        name=args.name,
-        model=args.model,
-        scorer=args.scorer,
-        concurrency=args.concurrency,
-        timeout=args.timeout,
-        max_steps=args.max_steps,
-        max_tokens=args.max_tokens,
-        cost_cap=args.cost_cap,
-        retry_errors=args.retry_errors,
-        limit=args.limit,
-        engine=args.engine,
-        address=args.address,
-        progress="off" if args.json else "auto",
-        epochs=args.epochs,
-        reducer=args.reducer,
-        retries=args.retries,
-        fail_on_error=args.fail_on_error,
-        inspect_log=args.inspect_log,
-    )
+    options = {k: getattr(args, k) for k in EVAL_OPTIONS}
+    quiet = args.json or args.quiet
+    results = evaluate(ws, args.agent, tasks, progress="off" if quiet else "auto", **options)
     if args.json:
         print(json.dumps(results.summary()))
     else:
@@ -295,7 +281,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_import)
     p = sub.add_parser("run", help="run an agent on a task (exit code 0 only when it succeeds)")
     p.add_argument("task")
-    p.add_argument("--agent", default="agent")
+    p.add_argument("--agent", default="agent", help="a registered agent, or a kind's shortcut (researcher, coral...)")
     p.add_argument("--model", default=None, help="a litellm model name, or tea/test, tea/demo, tea/replay:PATH")
     p.add_argument("--max-steps", type=int, default=None)
     p.add_argument("--json", action="store_true", help="print only the RunResult as JSON")
@@ -306,42 +292,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="GAIA metadata.jsonl or its folder, a JSONL / CSV of questions and answers, "
         "'sample', or 'list' / 'show' (stored evaluations)",
     )
-    p.add_argument("--agent", default="agent", help="a registered agent, or orchestra, researcher, toolself, coral...")
-    p.add_argument("--name", default=None, help="the evaluation's name (rerun it to resume)")
-    p.add_argument("--model", default=None, help="a litellm model name, or tea/test, tea/demo, tea/replay:PATH")
-    p.add_argument("--scorer", default="gaia", choices=["gaia", "exact", "contains"])
-    p.add_argument("--concurrency", type=int, default=1)
-    p.add_argument("--timeout", type=float, default=None, help="seconds per task")
-    p.add_argument("--max-steps", type=int, default=None, help="step limit per task")
-    p.add_argument("--max-tokens", type=int, default=None, help="token budget per task")
-    p.add_argument("--cost-cap", type=float, default=None, help="USD for the evaluation: no new task starts past it")
-    p.add_argument("--retry-errors", action="store_true", help="run the tasks that ended in an error again")
-    p.add_argument("--limit", type=int, default=None, help="only the first N tasks")
-    p.add_argument("--engine", choices=["local", "ray"], default="local")
-    p.add_argument("--address", default=None, help="a Ray cluster to join (default: a local Ray)")
-    p.add_argument("--epochs", type=int, default=1, help="runs of each task (mean ± stderr, pass@k)")
-    p.add_argument("--reducer", default="mean", help="a task's epochs to one score: mean, max, min, median, majority")
-    p.add_argument("--retries", type=int, default=3, help="retries of a sample the model provider failed (default 3)")
-    p.add_argument(
-        "--fail-on-error",
-        type=lambda v: float(v) if "." in v else int(v),
-        default=None,
-        help="stop once this many samples (an int) or this share of them (0.1) failed on the provider's side",
-    )
-    p.add_argument("--inspect-log", default=None, metavar="PATH", help="also write an Inspect AI log (.eval)")
-    p.add_argument("--show", type=int, default=20, help="rows of the results to print")
-    p.add_argument("--json", action="store_true", help="print only the summary as JSON")
+    add_flags(p, "eval", "cli")
     p.set_defaults(func=cmd_eval)
     p = sub.add_parser("runs", help="list past runs")
-    p.add_argument("--limit", type=int, default=20)
+    add_flags(p, "runs", "cli")
     p.set_defaults(func=cmd_runs)
     p = sub.add_parser(
         "doctor", help="preflight a model: key, tool calls, JSON mode, context, latency, price (exit 1 if not ready)"
     )
-    p.add_argument("--model", default=None, help="the model to check (default: $TEA_MODEL, else the offline demo)")
-    p.add_argument("--api-base", default=None, help="an OpenAI-compatible server's URL (http://127.0.0.1:8000/v1)")
-    p.add_argument("--timeout", type=float, default=30.0, help="seconds per check call (default 30)")
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    add_flags(p, "doctor", "cli")
     p.set_defaults(func=cmd_doctor)
     p = sub.add_parser("show", help="print one run's trajectory")
     p.add_argument("run")

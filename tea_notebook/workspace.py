@@ -6,7 +6,7 @@ import contextvars
 import functools
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from tea_notebook.envs import BUILTIN as BUILTIN_ENVIRONMENTS
 from tea_notebook.envs.sessions import SessionManager
@@ -27,6 +27,7 @@ from tea_notebook.protocol.records import (
 )
 from tea_notebook.protocol.registry import Registry
 from tea_notebook.protocol.tcp import ToolkitRegistry, ToolRegistry
+from tea_notebook.runtime.host import LiveAgents, RunHost
 from tea_notebook.store.database import Database
 
 if TYPE_CHECKING:
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
     from tea_notebook.envs.mcp_client import MCPClients
     from tea_notebook.envs.tool_executor import GeneratedToolExecutor
     from tea_notebook.eval.results import EvalResults
+    from tea_notebook.eval.spec import WorkerHost
     from tea_notebook.evolve.agent_bank import AgentBank
     from tea_notebook.evolve.experience import ExperienceMemory
     from tea_notebook.evolve.toolmaker import ToolMaker
@@ -58,6 +60,10 @@ class Workspace:
     ``ws.tools`` (TCP), ``ws.toolkits``, ``ws.envs`` (ECP) and ``ws.agents`` (ACP) are registries.
     ``embedder`` is ``"minilm"`` (default, offline), ``"litellm:MODEL"`` for hosted embeddings,
     ``"hashing"`` (tests only) or an object; a named choice is remembered by the workspace.
+
+    It is the façade on top: the floors below are handed it as the narrow services they are typed
+    against (:class:`~tea_notebook.runtime.host.RunHost`, and
+    :class:`~tea_notebook.protocol.host.RegistryHost` in ``protocol/``), never as a ``Workspace``.
     """
 
     def __init__(
@@ -81,8 +87,9 @@ class Workspace:
         except OSError as exc:
             raise WorkspaceError(f"cannot create workspace folder {self.path}: {exc.strerror}") from None
         self.db = Database(self.path / "tea.db")
-        self._events = None
-        self._live_agents: dict[str, Any] = {}
+        self._events: "EventLog | None" = None
+        #: the agent objects made in this process, by name (``ws.live_agents.get("x")``)
+        self.live_agents = LiveAgents()
         self._jobs: "Jobs | None" = None
         self._executor: "GeneratedToolExecutor | None" = None
         self._mcp: "MCPClients | None" = None
@@ -118,12 +125,16 @@ class Workspace:
         if model is not None:
             self.default_model = model
 
+    def _sessions(self) -> SessionManager:
+        """ECP's session manager: envs' ``SessionManager``, the one this workspace gave ECP to make."""
+        return cast(SessionManager, self.envs.manager)
+
     def _mcp_clients(self) -> "MCPClients":
         """The MCP servers this workspace imported tools from (made on first use)."""
         if self._mcp is None:
             from tea_notebook.envs.mcp_client import MCPClients
 
-            self._mcp = MCPClients(self.envs.manager)
+            self._mcp = MCPClients(self._sessions())
         return self._mcp
 
     def _generated_tool_executor(self) -> "GeneratedToolExecutor":
@@ -131,7 +142,7 @@ class Workspace:
         if self._executor is None:
             from tea_notebook.envs.tool_executor import GeneratedToolExecutor
 
-            self._executor = GeneratedToolExecutor(self.envs.manager)
+            self._executor = GeneratedToolExecutor(self._sessions())
         return self._executor
 
     # -- runtime ----------------------------------------------------------------------------
@@ -218,47 +229,43 @@ class Workspace:
 
         return make_planner(self, sub_agents, name=name, **options)
 
+    def make_agent(self, kind: str, name: str | None = None, **options: Any) -> Any:
+        """A new agent of a registered ``kind`` (``"researcher"``, ``"coral"``, … or one registered with
+        :func:`tea_notebook.agents.kinds.agent_kind`), registered as ``name`` (default: the kind's usual
+        name); ``options`` go to the kind's constructor. The named methods below are this for their kind."""
+        from tea_notebook.agents.kinds import make
+
+        return make(self, kind, name, **options)
+
     def researcher(self, name: str = "deep_researcher", **options: Any) -> "DeepResearcher":
         """The deep researcher: multi-round search, reading and evidence extraction with checked
         citations (``engines=["web"]``, ``"corpus:FOLDER"`` or your own engine objects)."""
-        from tea_notebook.agents.kinds import make
-
-        return make(self, "researcher", name, **options)
+        return self.make_agent("researcher", name, **options)
 
     def analyzer(self, name: str = "deep_analyzer", **options: Any) -> "DeepAnalyzer":
         """The deep analyzer: attached files to markdown (in the sandbox, cached), map-reduce over long
         documents, answers with page / sheet / section references."""
-        from tea_notebook.agents.kinds import make
-
-        return make(self, "analyzer", name, **options)
+        return self.make_agent("analyzer", name, **options)
 
     def browser_agent(self, name: str = "browser_use", **options: Any) -> "Agent":
         """The browser-use agent: operates the browser environment step by step and ends with what it extracted."""
-        from tea_notebook.agents.kinds import make
-
-        return make(self, "browser_use", name, **options)
+        return self.make_agent("browser_use", name, **options)
 
     def orchestra(self, model: str | None = None, name: str = "orchestra", **options: Any) -> "Agent":
         """AgentOrchestra: the planner over the deep researcher, browser-use agent, deep analyzer and tool
         manager (``models={"researcher": ...}`` gives a role its own model)."""
-        from tea_notebook.agents.kinds import make
-
-        return make(self, "orchestra", name, model=model, **options)
+        return self.make_agent("orchestra", name, model=model, **options)
 
     def toolself(self, name: str = "toolself", **options: Any) -> "ToolSelfAgent":
         """A ToolSelf agent: runs in stages and reconfigures its own sub-goal, strategy, toolbox and
         knowledge by calling ``reconfigure`` (``tools=[...]`` is its global tool pool,
         ``engine_model=`` the reconfiguration engine's model)."""
-        from tea_notebook.agents.kinds import make
-
-        return make(self, "toolself", name, **options)
+        return self.make_agent("toolself", name, **options)
 
     def coral(self, name: str = "coral", **options: Any) -> "CoralTeam":
         """A CORAL team: an information-flow orchestrator and workers that coordinate only by A2A
         messages (``workers={"web_agent": "deep_researcher", ...}`` brings registered agents in)."""
-        from tea_notebook.agents.kinds import make
-
-        return make(self, "coral", name, **options)
+        return self.make_agent("coral", name, **options)
 
     def export_training_data(
         self, runs: Any, path: str | Path, *, format: str = "rft", label: Any = None, overwrite: bool = False
@@ -450,3 +457,9 @@ class _Activation:
 
     def __exit__(self, *exc: object) -> None:
         _current.reset(self._token)
+
+
+if TYPE_CHECKING:  # the type checker holds the façade to the services the floors below are typed against
+
+    def _implements(ws: Workspace) -> tuple[RunHost, WorkerHost]:
+        return ws, ws

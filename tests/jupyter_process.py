@@ -11,27 +11,20 @@ import json
 import os
 import secrets
 import shutil
-import socket
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import pytest
+from loopback_http import free_port
 
 from tea_notebook.envs.browser import LAUNCH_ARGS
 
 KERNEL = "tea-test"
-
-
-def free_port() -> int:
-    """A loopback port nobody listens on (closed again at once)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class JupyterProcess:
@@ -104,6 +97,14 @@ class JupyterProcess:
             self.proc.kill()
             self.proc.wait(5)
         self.log.close()
+
+
+def running(make: Callable[[Path, Path], JupyterProcess], tmp_path_factory: Any) -> Iterator[JupyterProcess]:
+    """For a fixture: the server ``make(root, home)`` started in fresh folders of its own, stopped
+    after the last test that uses it."""
+    server = make(tmp_path_factory.mktemp("jupyter-root"), tmp_path_factory.mktemp("jupyter-home"))
+    yield server
+    server.stop()
 
 
 def launch_chromium() -> Iterator[Any]:

@@ -10,12 +10,12 @@ os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
 import asyncio  # noqa: E402
 import json  # noqa: E402
 import sqlite3  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
 
 import pytest  # noqa: E402
+from conftest import tea_cli as tea  # noqa: E402
+from prompt_parts import section, system_text, thoughts, turn, user_text  # noqa: E402
 
 import tea_notebook  # noqa: E402
 from tea_notebook.errors import RunFailed, TeaError  # noqa: E402
@@ -27,29 +27,6 @@ SECRET = "sk-test-1234567890abcdef1234"
 
 
 # -- helpers --------------------------------------------------------------------------------
-def thoughts(**fields: str) -> str:
-    """The JSON text a native-mode model puts next to its tool calls."""
-    return json.dumps(fields)
-
-
-def turn(content: str | None, *calls: dict) -> dict:
-    """A full model turn: text plus tool calls."""
-    return {"content": content, "tool_calls": list(calls)}
-
-
-def user_text(messages: list[dict]) -> str:
-    return next(m["content"] for m in messages if m["role"] == "user")
-
-
-def system_text(messages: list[dict]) -> str:
-    return next(m["content"] for m in messages if m["role"] == "system")
-
-
-def section(text: str, tag: str) -> str:
-    assert f"<{tag}>" in text and f"</{tag}>" in text, f"<{tag}> missing from the prompt"
-    return text.split(f"<{tag}>", 1)[1].split(f"</{tag}>", 1)[0]
-
-
 def types_of(events) -> list[str]:
     return [e.type for e in events]
 
@@ -69,9 +46,7 @@ def shout(text: str) -> str:
     return text.upper()
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _warm(warm_litellm):
-    """Timings measure the runtime, not litellm's first import."""
+pytestmark = pytest.mark.usefixtures("warm_litellm")  # timings measure the runtime, not litellm's first import.
 
 
 @pytest.fixture
@@ -579,12 +554,6 @@ def test_trajectory_rebuilt_from_events_matches_the_run(ws, adder):
 
 
 # -- the tea command ------------------------------------------------------------------------
-def tea(*args: str, cwd) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "tea_notebook", *args], capture_output=True, text=True, cwd=cwd, timeout=120
-    )
-
-
 @pytest.mark.slow
 def test_tea_run_runs_and_show(tmp_path):
     good = tmp_path / "good"
@@ -703,6 +672,16 @@ def _napper(ws, seconds: float):
         return "rested"
 
 
+def _sleeper_napping(ws, seconds: float):
+    """An agent whose first action is a nap of ``seconds``, and an event set once that tool call starts."""
+    _napper(ws, seconds)
+    script = ScriptedModel([call("nap", minutes=1), call("done", success=True, text="never")])
+    agent = ws.agent("sleeper", model=script.name, tools=["nap"])
+    tool_started = threading.Event()
+    ws.events.subscribe(lambda e: tool_started.set() if e.type == "tool_call" else None)
+    return agent, tool_started
+
+
 def test_cancel_from_another_thread_interrupts_the_run(ws):
     _napper(ws, 3.0)
     ctx = ws.context()
@@ -742,11 +721,7 @@ def test_cancel_from_another_thread_interrupts_the_run(ws):
 
 
 def test_asyncio_cancellation_stores_an_interrupted_run(ws):
-    _napper(ws, 1.0)
-    script = ScriptedModel([call("nap", minutes=1), call("done", success=True, text="never")])
-    agent = ws.agent("sleeper", model=script.name, tools=["nap"])
-    tool_started = threading.Event()
-    ws.events.subscribe(lambda e: tool_started.set() if e.type == "tool_call" else None)
+    agent, tool_started = _sleeper_napping(ws, 1.0)
 
     async def main() -> float:
         task = asyncio.create_task(agent.run("nap please"))
@@ -766,11 +741,7 @@ def test_asyncio_cancellation_stores_an_interrupted_run(ws):
 
 
 def test_asyncio_cancellation_leaves_no_event_after_run_finished(ws):
-    _napper(ws, 0.5)
-    script = ScriptedModel([call("nap", minutes=1), call("done", success=True, text="never")])
-    agent = ws.agent("sleeper", model=script.name, tools=["nap"])
-    tool_started = threading.Event()
-    ws.events.subscribe(lambda e: tool_started.set() if e.type == "tool_call" else None)
+    agent, tool_started = _sleeper_napping(ws, 0.5)
 
     async def main() -> None:
         task = asyncio.create_task(agent.run("nap please"))
@@ -787,14 +758,8 @@ def test_asyncio_cancellation_leaves_no_event_after_run_finished(ws):
 
 
 # -- fork -----------------------------------------------------------------------------------
-def test_fork_replays_steps_without_rerunning_tools(ws):
-    executed: list[int] = []
-
-    @ws.tools.tool
-    def work(n: int) -> str:
-        """Do one unit of work."""
-        executed.append(n)
-        return f"result {n}"
+def test_fork_replays_steps_without_rerunning_tools(ws, worker):
+    executed = worker
 
     original = ScriptedModel(
         [

@@ -825,7 +825,7 @@ def test_card_rebuilds_the_analyzer_in_a_fresh_workspace_object(tmp_path):
 
     again = tea_notebook.Workspace(tmp_path / "ws", embedder="hashing")
     try:
-        assert "deep_analyzer" not in again._live_agents
+        assert "deep_analyzer" not in again.live_agents
         card = again.agents.get("deep_analyzer")
         assert card.metadata["kind"] == "analyzer" and card.metadata["config"]["max_chunks"] == 4
         out = again.agents.invoke("deep_analyzer", "What is the calibration constant?", files=[str(doc)])

@@ -17,16 +17,14 @@ import time
 from typing import Any
 
 import pytest
-from test_notebook_kernel import MIME, Kernel, make_kernel_specs, start_kernel, tool_cell
+from kernel_driver import Kernel, make_kernel_specs, start_kernel, tool_cell
+from test_notebook_kernel import MIME
 
 import tea_notebook
 from tea_notebook.models.offline import ScriptedModel, call
 from tea_notebook.runtime.jobs import Runnable
 
-
-@pytest.fixture(scope="module", autouse=True)
-def _warm(warm_litellm):
-    """Timings measure the runs, not litellm's first import."""
+pytestmark = pytest.mark.usefixtures("warm_litellm")  # timings measure the runs, not litellm's first import.
 
 
 def slow_tools(ws: tea_notebook.Workspace, seconds: float = 0.05) -> list[str]:

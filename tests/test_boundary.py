@@ -40,6 +40,7 @@ from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 import pytest  # noqa: E402
+from child_processes import alive  # noqa: E402
 
 from tea_notebook.envs import boundary, sandbox  # noqa: E402
 from tea_notebook.envs.base import EnvironmentFailure  # noqa: E402
@@ -69,17 +70,6 @@ def report_of(value: str | None) -> Any:
 def act(sb: PythonSandbox, name: str, **args: Any) -> str:
     """One action the way ECP runs it; failures raise EnvironmentFailure."""
     return asyncio.run(sb.call(name, args))
-
-
-def alive(pid: int | None) -> bool:
-    """True when ``pid`` is a live process (a zombie counts as gone)."""
-    if pid is None:
-        return False
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
 
 
 def cmdline(pid: int) -> str:
@@ -266,6 +256,24 @@ def private_home(tmp_path: Path) -> Path:
 _USER_PYTHON: dict[str, Any] = {}
 
 
+def run_as_user(
+    uid: int, gid: int, home: Path, python: str, env: dict[str, str], code: str
+) -> subprocess.CompletedProcess:
+    """``python -c code`` run as the user ``uid`` (no supplementary groups) in ``home``, with exactly
+    ``env``; its text output (a minute at the most)."""
+    return subprocess.run(
+        [python, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=str(home),
+        env=env,
+        user=uid,
+        group=gid,
+        extra_groups=[],
+    )
+
+
 def user_python(uid: int, gid: int, home: Path) -> tuple[str, dict[str, str]]:
     """An interpreter the unprivileged user can run that imports tea_notebook from this repository
     (the venv's own interpreter may live where the user cannot go, e.g. under /root)."""
@@ -285,17 +293,7 @@ def user_python(uid: int, gid: int, home: Path) -> tuple[str, dict[str, str]]:
     check = f"import sys, tea_notebook.envs.sandbox; assert sys.version_info[:2] == {tuple(sys.version_info[:2])}"
     for python in dict.fromkeys(candidates):
         try:
-            done = subprocess.run(
-                [python, "-c", check],
-                capture_output=True,
-                text=True,
-                timeout=60,
-                cwd=str(home),
-                env=env,
-                user=uid,
-                group=gid,
-                extra_groups=[],
-            )
+            done = run_as_user(uid, gid, home, python, env, check)
         except OSError as exc:
             problems.append(f"{python}: {exc}")
             continue
@@ -718,9 +716,8 @@ def test_sandbox_cannot_change_host_kernel_settings(host, network):
     assert hosts == [], f"as {host.kind}: {len(hosts)} host sysctls writable, e.g. {hosts[:8]}"
 
 
-SETUID = """
-import json, os, shutil
-out = {}
+# the probes' helper: run fn, record "ok" or the OSError's message under name in out
+ATTEMPT = """out = {}
 
 def attempt(name, fn):
     try:
@@ -728,7 +725,14 @@ def attempt(name, fn):
         out[name] = "ok"
     except OSError as exc:
         out[name] = exc.strerror
+"""
 
+SETUID = (
+    """
+import json, os, shutil
+"""
+    + ATTEMPT
+    + """
 shutil.copy("/usr/bin/id", "id-copy")
 attempt("chmod", lambda: os.chmod("id-copy", 0o6755))
 fd = os.open("id-copy", os.O_RDONLY)
@@ -742,6 +746,7 @@ attempt("create set-id", lambda: os.close(os.open("id-made", os.O_WRONLY | os.O_
 attempt("plain chmod", lambda: os.chmod("id-copy", 0o750))  # what programs do every day still works
 json.dumps(out)
 """
+)
 
 
 def test_sandbox_cannot_leave_set_uid_programs_for_the_host(host):

@@ -18,20 +18,19 @@ import os
 os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
 
 import asyncio  # noqa: E402
-import http.server  # noqa: E402
 import json  # noqa: E402
 import re  # noqa: E402
 import shutil  # noqa: E402
 import sqlite3  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
-import threading  # noqa: E402
 import warnings  # noqa: E402
 from pathlib import Path  # noqa: E402
 from urllib.parse import urlparse  # noqa: E402
 
 import pytest  # noqa: E402
-from jupyter_process import JupyterProcess  # noqa: E402
+from jupyter_process import JupyterProcess, running  # noqa: E402
+from loopback_http import QuietHandler, attachment, serve, stop  # noqa: E402
 from test_boundary import child_env, private_home, unprivileged_user, user_python  # noqa: E402
 
 import tea_notebook  # noqa: E402
@@ -112,7 +111,7 @@ class Site:
         ]
         site = self
 
-        class Handler(http.server.BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             def do_GET(self) -> None:  # noqa: N802 - http.server's name
                 path = urlparse(self.path).path
                 if path == "/redirect":
@@ -122,27 +121,14 @@ class Site:
                     self.end_headers()
                     return
                 if path == "/prices.csv":
-                    self.send_response(200)
-                    self.send_header("Content-Type", "text/csv")
-                    self.send_header("Content-Disposition", 'attachment; filename="prices.csv"')
-                    self.send_header("Content-Length", str(len(CSV)))
-                    self.end_headers()
-                    self.wfile.write(CSV)
+                    self.reply(CSV, "text/csv", headers=attachment("prices.csv"))
                     return
                 body = site.page(path).encode()
-                self.send_response(200 if body else 404)
-                self.send_header("Content-Type", "text/html; charset=utf-8")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                self.reply(body, "text/html; charset=utf-8", 200 if body else 404)
 
-            def log_message(self, *args) -> None:
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = serve(Handler)
         self.server.daemon_threads = True
         self.base = f"http://127.0.0.1:{self.server.server_port}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def page(self, path: str) -> str:
         if path == "/steer":  # instructions for the model, as a prompt injection would write them
@@ -172,18 +158,13 @@ class Site:
         return ""
 
     def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        stop(self.server)
 
 
 @pytest.fixture(scope="module")
 def jupyter(tmp_path_factory):
     """A real Jupyter server on localhost, with a token (what every notebook user runs)."""
-    root = tmp_path_factory.mktemp("jupyter")
-    (root / "srv").mkdir()
-    server = JupyterProcess("jupyter_server", root / "srv", root / "home")
-    yield server
-    server.stop()
+    yield from running(lambda root, home: JupyterProcess("jupyter_server", root, home), tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
@@ -464,19 +445,11 @@ def test_downloads_and_screenshots_never_follow_planted_links(tmp_path, site):
 def test_a_saved_pdf_swapped_for_a_link_is_not_read_back(tmp_path, site):
     from test_env_browser import PDF
 
-    class PdfSite(http.server.BaseHTTPRequestHandler):
+    class PdfSite(QuietHandler):
         def do_GET(self) -> None:  # noqa: N802
-            self.send_response(200)
-            self.send_header("Content-Type", "application/pdf")
-            self.send_header("Content-Length", str(len(PDF)))
-            self.end_headers()
-            self.wfile.write(PDF)
+            self.reply(PDF, "application/pdf")
 
-        def log_message(self, *args) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), PdfSite)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server = serve(PdfSite)
     secret = tmp_path / "secret.txt"
     secret.write_text("TOP-SECRET-OUTSIDE")
     url = f"http://127.0.0.1:{server.server_port}/doc.pdf"

@@ -3,16 +3,9 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
-
-
-def tea(*args: str, cwd=None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "tea_notebook", *args], capture_output=True, text=True, cwd=cwd, timeout=120
-    )
+from conftest import tea_cli as tea
 
 
 @pytest.fixture(scope="module")

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import pytest
+from conftest import magics_workspace
 
 import tea_notebook
 from tea_notebook._sync import run_sync
@@ -30,9 +31,7 @@ TASK = "What are the capitals of France and Italy?"
 CAPITALS = {"France": "Paris", "Italy": "Rome"}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _warm(warm_litellm):
-    """Timings measure CORAL, not litellm's first import."""
+pytestmark = pytest.mark.usefixtures("warm_litellm")  # timings measure CORAL, not litellm's first import.
 
 
 # -- reading a member's prompt --------------------------------------------------------------------
@@ -942,12 +941,8 @@ def test_rebuilt_from_its_acp_card_in_a_fresh_workspace(tmp_path):
 
 @pytest.fixture
 def shell_ws(ip, tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    path = tmp_path / "ws"
-    tea_notebook.Workspace(path, embedder="hashing").close()
-    ip.run_line_magic("config", "TeaMagics.default_model = None")
-    ip.run_line_magic("config", f"TeaMagics.workspace_path = {str(path)!r}")
-    return ip.run_line_magic("tea", f"workspace {path}")
+    """A fresh workspace made current in the in-process shell, no model configured."""
+    return magics_workspace(ip, tmp_path, monkeypatch, workspace_path=str(tmp_path / "ws"))
 
 
 def test_agent_magic_runs_a_coral_team(ip, shell_ws):

@@ -7,22 +7,18 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from loopback_http import QuietHandler, serve, stop
 
 from tea_notebook.errors import TeaError
 from tea_notebook.eval import eval_set, preflight
 from tea_notebook.models.offline import ScriptedModel, call
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(QuietHandler):
     mode = "full"
     seen: list = []
-
-    def log_message(self, *args):  # quiet
-        pass
 
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -73,12 +69,7 @@ class _Handler(BaseHTTPRequestHandler):
         )
 
     def _send(self, status, payload):
-        data = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        self.reply(json.dumps(payload).encode(), "application/json", status)
 
 
 @pytest.fixture
@@ -88,16 +79,13 @@ def server():
 
     def start(mode):
         handler = type("H", (_Handler,), {"mode": mode, "seen": []})
-        httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-        thread.start()
+        httpd = serve(handler)
         started.append(httpd)
         return f"http://127.0.0.1:{httpd.server_address[1]}/v1", handler.seen
 
     yield start
     for httpd in started:
-        httpd.shutdown()
-        httpd.server_close()
+        stop(httpd)
 
 
 def test_a_capable_server_passes_every_check(server, warm_litellm):

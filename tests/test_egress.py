@@ -5,12 +5,11 @@ page chose, a request a sandboxed program makes through the proxy)."""
 from __future__ import annotations
 
 import asyncio
-import http.server
 import os
 import socket
-import threading
 
 import pytest
+from loopback_http import QuietHandler, serve, stop
 
 import tea_notebook
 from tea_notebook.egress import EgressPolicy, EgressProxy, EgressRefused, policy_client
@@ -20,33 +19,22 @@ from tea_notebook.egress.transport import fetch_following
 AS_ROOT = os.geteuid() == 0
 
 
-class _Handler(http.server.BaseHTTPRequestHandler):
+class _Handler(QuietHandler):
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
         self.server.hits.append(self.path)
         if self.path == "/to-loopback":
-            self.send_response(302)
-            self.send_header("Location", f"http://127.0.0.1:{self.server.server_port}/secret")
-            self.end_headers()
+            self.redirect(f"http://127.0.0.1:{self.server.server_port}/secret")
             return
-        body = f"served {self.path}".encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args) -> None:
-        pass
+        self.reply(f"served {self.path}".encode())
 
 
 @pytest.fixture
 def local():
     """A local HTTP service (what a page wants the agent to reach: Jupyter, an admin console)."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    server = serve(_Handler)
     server.hits = []
-    threading.Thread(target=server.serve_forever, daemon=True).start()
     yield server
-    server.shutdown()
-    server.server_close()
+    stop(server)
 
 
 # -- the rules ---------------------------------------------------------------------------------------

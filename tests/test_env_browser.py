@@ -11,13 +11,14 @@ import http.server
 import os
 import re
 import signal
-import socket
 import threading
 import time
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
 import pytest
+from loopback_http import QuietHandler, attachment, serve, stop
+from loopback_http import free_port as closed_port
 
 import tea_notebook
 from tea_notebook import _sync
@@ -115,7 +116,7 @@ class Site(http.server.ThreadingHTTPServer):
         self.release = threading.Event()
 
 
-class Handler(http.server.BaseHTTPRequestHandler):
+class Handler(QuietHandler):
     server: Site
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
@@ -126,12 +127,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         elif url.path == "/doc.pdf":
             body, ctype = PDF, "application/pdf"
         elif url.path == "/prices.csv":
-            self.send_response(200)
-            self.send_header("Content-Type", "text/csv")
-            self.send_header("Content-Disposition", 'attachment; filename="prices.csv"')
-            self.send_header("Content-Length", str(len(CSV)))
-            self.end_headers()
-            self.wfile.write(CSV)
+            self.reply(CSV, "text/csv", headers=attachment("prices.csv"))
             return
         elif url.path == "/submitted":
             name = html.escape(parse_qs(url.query).get("name", [""])[0])
@@ -142,27 +138,17 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.send_error(404)
             return
         try:
-            self.send_response(200)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            self.reply(body, ctype)
         except OSError:
             pass  # the browser gave up (the hung page)
-
-    def log_message(self, *args) -> None:
-        pass
 
 
 @pytest.fixture(scope="module")
 def site():
-    server = Site(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    server = serve(Handler, Site)
     yield f"http://127.0.0.1:{server.server_port}"
     server.release.set()
-    server.shutdown()
-    server.server_close()
+    stop(server)
 
 
 def allow_site(workspace, site: str) -> None:
@@ -205,12 +191,6 @@ def session(workspace) -> Browser:
     env = workspace.envs.runtime("browser").session()
     assert env is not None
     return env
-
-
-def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # -- no browser needed ------------------------------------------------------------------------------

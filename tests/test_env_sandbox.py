@@ -23,6 +23,8 @@ import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
+from child_processes import alive, gone_soon  # noqa: E402
+from prompt_parts import section, user_text  # noqa: E402
 
 from tea_notebook.envs.base import EnvironmentFailure  # noqa: E402
 from tea_notebook.envs.sandbox import UNPRIVILEGED, PythonSandbox, _group_members  # noqa: E402
@@ -34,26 +36,6 @@ API_KEY = "sk-proj-sandboxtest-0123456789abcdefABCDEF"
 
 
 # -- helpers --------------------------------------------------------------------------------
-def alive(pid: int | None) -> bool:
-    """True when ``pid`` is a live process (a zombie waiting to be reaped counts as gone)."""
-    if pid is None:
-        return False
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
-def gone_soon(pid: int | None, seconds: float = 3.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while alive(pid):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
-
-
 def act(sb: PythonSandbox, name: str, **args) -> str:
     """Run one action the way ECP does (``Environment.call``); failures raise EnvironmentFailure."""
     return asyncio.run(sb.call(name, args))
@@ -95,15 +77,6 @@ def make(tmp_path):
 @pytest.fixture(scope="module")
 def warm(warm_litellm):
     """Agent runs measure the sandbox, not litellm's first import."""
-
-
-def user_text(messages: list[dict]) -> str:
-    return next(m["content"] for m in messages if m["role"] == "user")
-
-
-def section(text: str, tag: str) -> str:
-    assert f"<{tag}>" in text and f"</{tag}>" in text, f"<{tag}> missing from the prompt"
-    return text.split(f"<{tag}>", 1)[1].split(f"</{tag}>", 1)[0]
 
 
 # -- the actions ----------------------------------------------------------------------------

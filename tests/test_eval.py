@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+from child_processes import kill_9, reaped, wait_for_rows
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -282,28 +283,11 @@ def test_a_killed_evaluation_loses_at_most_the_tasks_in_flight(tmp_path, warm_li
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
-    db_file = ws_path / "tea.db"
-    seen = 0
-    deadline = time.monotonic() + 90
-    try:
-        while time.monotonic() < deadline and child.poll() is None:
-            if db_file.exists():
-                try:
-                    with sqlite3.connect(f"file:{db_file}?mode=ro", uri=True, timeout=5) as db:
-                        seen = db.execute("SELECT count(*) FROM eval_results").fetchone()[0]
-                except sqlite3.OperationalError:
-                    seen = 0  # the tables are being made
-            if seen >= 4:
-                break
-            time.sleep(0.05)
+    with reaped(child):
+        seen = wait_for_rows(child, ws_path / "tea.db", "eval_results", 4)
         assert child.poll() is None, child.stderr.read().decode()[-2000:]
         assert 4 <= seen < n, f"saw {seen} results before the kill"
-        os.kill(child.pid, signal.SIGKILL)
-        child.wait(timeout=10)
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
+        kill_9(child, 10)
     assert child.returncode == -signal.SIGKILL
     ws = tea_notebook.Workspace(ws_path, embedder="hashing")  # opening marks the dead process's runs interrupted
     try:

@@ -20,6 +20,8 @@ from tea_notebook.eval.stats import pass_at_k, pass_hat_k
 from tea_notebook.models.offline import ScriptedModel, call
 
 
+# defined here, not imported from prompt_parts: the Ray engine ships this module's scripts by value, and
+# a Ray worker cannot import the tests' helper modules
 def _text(messages):
     return " ".join(m["content"] for m in messages if isinstance(m.get("content"), str))
 

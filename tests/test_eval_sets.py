@@ -10,15 +10,15 @@ import json
 import math
 import os
 import re
-import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
+from child_processes import kill_9, reaped, wait_for_rows
+from prompt_parts import all_text as _text
 
 import tea_notebook
 from tea_notebook.errors import TeaError
@@ -26,10 +26,6 @@ from tea_notebook.eval import EvalSet, eval_set, paired_bootstrap
 from tea_notebook.models.offline import ScriptedModel, call
 
 HERE = Path(__file__).resolve().parent
-
-
-def _text(messages):
-    return " ".join(m["content"] for m in messages if isinstance(m.get("content"), str))
 
 
 def _tasks(n):
@@ -172,25 +168,12 @@ def test_a_killed_set_resumes_without_running_a_finished_sample_twice(tmp_path, 
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
-    db_file, seen, deadline = ws_path / "tea.db", 0, time.monotonic() + 90
-    try:
-        while time.monotonic() < deadline and child.poll() is None:
-            if db_file.exists():
-                try:
-                    with sqlite3.connect(f"file:{db_file}?mode=ro", uri=True, timeout=5) as db:
-                        seen = db.execute("SELECT count(*) FROM eval_results").fetchone()[0]
-                except sqlite3.OperationalError:
-                    seen = 0
-            if seen >= 12:  # the first configuration (10 samples) done, the second under way
-                break
-            time.sleep(0.02)
+    db_file = ws_path / "tea.db"
+    with reaped(child):
+        # the first configuration (10 samples) done, the second under way
+        wait_for_rows(child, db_file, "eval_results", 12, poll=0.02)
         assert child.poll() is None, child.stderr.read().decode()[-2000:]
-        os.kill(child.pid, signal.SIGKILL)
-        child.wait(timeout=10)
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
+        kill_9(child, 10)
     sys.path.insert(0, str(HERE))
     try:
         from eval_set_host import build

@@ -14,6 +14,7 @@ import re
 from typing import Any
 
 import pytest
+from vowel_tool_script import NEED, SPEC
 
 from tea_notebook.errors import EvolutionError
 from tea_notebook.evolve.llm import stage_of
@@ -65,28 +66,6 @@ def test_upper_case_vowels_count():
     assert count_vowels("Queue") == 4
 """
 
-NEED = {
-    "need_creation": True,
-    "required_capabilities": ["count_vowels"],
-    "matching_tools": [],
-    "missing_tools": [
-        {
-            "name": "count_vowels",
-            "description": "Does exactly this: counts the vowels in a text",
-            "reason": "Essential because: exact counting",
-            "example_input_output": 'Input: {"text": "banana"} -> Output: 3',
-        }
-    ],
-    "justification": "Counting must be exact.",
-}
-SPEC = {
-    "tool_name": "count_vowels",
-    "tool_description": "Count the vowels (a, e, i, o, u) in a word or text.",
-    "input_parameters": [{"name": "text", "type": "string", "description": "the text", "required": True}],
-    "output_format": {"type": "integer"},
-    "core_logic": ["Step 1: validate the text", "Step 2: count the vowels"],
-    "examples": [{"input": {"text": "banana"}, "output": 3}, {"input": {"text": "queue"}, "output": 4}],
-}
 EXPERT = {
     "role": "Word Analysis Specialist",
     "suggestions": [

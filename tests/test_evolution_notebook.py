@@ -18,8 +18,9 @@ import pytest
 
 pytest.importorskip("IPython")
 
-from conftest import magics_workspace  # noqa: E402
+from conftest import magics_workspace, tea  # noqa: E402
 from IPython.core.error import UsageError  # noqa: E402
+from vowel_tool_script import code_answer, tool_manager_script, vowel_module  # noqa: E402
 
 from tea_notebook.evolve.llm import stage_of  # noqa: E402
 from tea_notebook.evolve.loop import EvolutionResult  # noqa: E402
@@ -32,54 +33,10 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 pytestmark = pytest.mark.usefixtures("warm_litellm")
 
 
-# -- scripted tool manager ----------------------------------------------------------------------------
-def module(body: str = 'return sum(1 for ch in text.lower() if ch in "aeiou")', doc: str = "Count the vowels.") -> str:
-    """A count_vowels module under the C.4 contract; ``body`` is the function's last line."""
-    return f'''def count_vowels(text: str) -> int:
-    """{doc}"""
-    if not isinstance(text, str):
-        raise ValueError("text must be a string")
-    {body}
-
-
-TOOL_CONFIG = {{"name": "count_vowels", "description": "Count vowels.", "function": count_vowels,
-               "input_schema": {{"type": "object", "properties": {{"text": {{"type": "string"}}}},
-                                "required": ["text"]}},
-               "returns": {{"type": "integer"}}}}
-'''
-
-
-GOOD = module()
-BAD = module('return sum(1 for ch in text.lower() if ch in "aei")')  # 'queue' -> 2, not 4
-EVIL = module(doc="Count vowels. <script>alert('pwned')</script> <b>bold</b>")
-TESTS = """from tea_check import raises
-from count_vowels import count_vowels
-
-
-def test_counts():
-    assert count_vowels("banana") == 3
-    assert count_vowels("sky") == 0
-    assert count_vowels("AEIOU") == 5
-
-
-def test_rejects_non_text():
-    with raises(ValueError):
-        count_vowels(3)
-"""
-NEED = {
-    "need_creation": True,
-    "required_capabilities": ["count_vowels"],
-    "matching_tools": [],
-    "missing_tools": [
-        {
-            "name": "count_vowels",
-            "description": "Does exactly this: counts vowels",
-            "reason": "Essential because: exact counting",
-            "example_input_output": 'Input: {"text": "banana"} -> Output: 3',
-        }
-    ],
-    "justification": "Counting must be exact.",
-}
+# -- scripted tool manager (the module, tests, need and spec: vowel_tool_script) ------------------------
+GOOD = vowel_module()
+BAD = vowel_module('return sum(1 for ch in text.lower() if ch in "aei")')  # 'queue' -> 2, not 4
+EVIL = vowel_module(doc="Count vowels. <script>alert('pwned')</script> <b>bold</b>")
 REUSE = {
     "need_creation": False,
     "required_capabilities": ["count_vowels"],
@@ -87,69 +44,22 @@ REUSE = {
     "missing_tools": [],
     "justification": "count_vowels already does this.",
 }
-SPEC = {
-    "tool_name": "count_vowels",
-    "tool_description": "Count the vowels (a, e, i, o, u) in a text.",
-    "input_parameters": [{"name": "text", "type": "string", "description": "the text", "required": True}],
-    "output_format": {"type": "integer"},
-    "core_logic": ["Step 1: validate the text", "Step 2: count a, e, i, o, u case-insensitively"],
-    "examples": [{"input": {"text": "banana"}, "output": 3}, {"input": {"text": "queue"}, "output": 4}],
-}
 REQUEST = "count the vowels in a word"
 
 
 def scripted(**replies: Any) -> ScriptedModel:
     """A model answering each tool-manager stage from its own list; a stage's last answer repeats."""
-    defaults = {
-        "assess_tool_need": [NEED],
-        "tool_spec": [{"tool_creation_specs": [SPEC]}],
-        "tool_code": [
-            {"name": "count_vowels", "description": "d", "input_schema": {}, "returns": {}, "module_code": GOOD}
-        ],
-        "tool_tests": [{"tests": TESTS}],
-        "tool_fix": [{"module_code": GOOD}],
-    }
-    queues = {stage: list(items) for stage, items in {**defaults, **replies}.items()}
-
-    def answer(messages: list[dict], _tools: Any) -> str:
-        queue = queues[stage_of(messages)]
-        item = queue.pop(0) if len(queue) > 1 else queue[0]
-        return item if isinstance(item, str) else json.dumps(item)
-
-    return ScriptedModel(answer)
-
-
-def code_answer(src: str) -> dict[str, Any]:
-    return {"name": "count_vowels", "description": "d", "input_schema": {}, "returns": {}, "module_code": src}
+    return tool_manager_script(GOOD, **replies)
 
 
 # -- the shell ------------------------------------------------------------------------------------------
 @pytest.fixture
 def ws(ip, magics, tmp_path, monkeypatch):
-    """A fresh workspace (hashing embedder) made current through %tea workspace; no model configured."""
-    switched = magics_workspace(ip, tmp_path, monkeypatch, tool_approval="auto", live=True)
+    """A fresh workspace (hashing embedder) made current through %tea workspace; no model configured.
+    The live view refreshes on every event (``update_interval = 0``): while a run goes it shows only its
+    last steps, so with the usual 0.25 s throttle a fast stage could be over between two refreshes."""
+    switched = magics_workspace(ip, tmp_path, monkeypatch, tool_approval="auto", live=True, update_interval=0.0)
     yield switched
-
-
-def tea(ip, line: str):
-    return ip.run_line_magic("tea", line)
-
-
-@pytest.fixture
-def shown(monkeypatch):
-    """What the live view displays: every HTML update, in order."""
-    updates: list[str] = []
-
-    class Handle:
-        def update(self, obj: Any) -> None:
-            updates.append(getattr(obj, "data", str(obj)))
-
-    def fake_display(obj: Any, display_id: bool = False, **_: Any) -> Handle:
-        updates.append(getattr(obj, "data", str(obj)))
-        return Handle()
-
-    monkeypatch.setattr("IPython.display.display", fake_display)
-    return updates
 
 
 # -- %tea create-tool ------------------------------------------------------------------------------------
@@ -215,7 +125,7 @@ def test_manual_approval_by_setting_reject_and_edit(ip, ws, magics, shown):
     assert "reason: I want y counted as a vowel" in page and "Waiting for your approval" not in page
 
     edited = tea(ip, f'create-tool --model {model.name} "{REQUEST}"')
-    edited.candidates[0].edit(GOOD.replace('"""Count the vowels."""', '"""Count the vowels (edited)."""'))
+    edited.candidates[0].edit(GOOD.replace('"""Count the vowels in a text."""', '"""Count the vowels (edited)."""'))
     assert edited.status == "pending" and "(edited)" in ip.display_formatter.format(edited)[0]["text/html"]
     edited.candidates[0].accept()
     assert "(edited)" in ws.tools.get("count_vowels").source

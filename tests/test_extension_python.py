@@ -11,31 +11,18 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from event_factory import event
 
 from tea_notebook.notebook.live import LiveView
 from tea_notebook.notebook.sidebar_comm import TARGET, SidebarComms, register, workspace_state
-from tea_notebook.runtime.events import Event
 from tea_notebook.runtime.render import MIME_TYPE, mimebundle
 
 ROOT = Path(__file__).resolve().parents[1]
 KERNEL = "0b7e5f6a-1234-4abc-9def-0123456789ab"
-
-
-def event(type_: str, run_id: str = "r1", step: int | None = None, parent: str | None = None, **data: Any) -> Event:
-    return Event(
-        id=f"e{time.monotonic_ns()}",
-        run_id=run_id,
-        type=type_,
-        time=time.time(),
-        data=data,
-        step=step,
-        parent_id=parent,
-    )
 
 
 # -- the live bundle --------------------------------------------------------------------------------
@@ -108,13 +95,8 @@ def test_a_background_run_names_no_kernel_so_the_renderer_shows_no_stop():
 
 
 # -- the final bundle -------------------------------------------------------------------------------
-def test_the_final_bundle_carries_latency_fork_origin_files_and_todo(ws, warm_litellm):
+def test_the_final_bundle_carries_latency_fork_origin_files_and_todo(ws, worker, warm_litellm):
     from tea_notebook.models.offline import ScriptedModel, call
-
-    @ws.tools.tool
-    def work(n: int) -> str:
-        """Do one unit of work."""
-        return f"result {n}"
 
     script = ScriptedModel([call("work", n=1), call("work", n=2), call("done", success=True, text="ok")])
     first = ws.agent("worker", model=script.name, tools=["work"]).run_sync("do the work")

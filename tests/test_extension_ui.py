@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-from jupyter_process import JupyterProcess, launch_chromium
+from jupyter_process import JupyterProcess, launch_chromium, running
 
 pytestmark = pytest.mark.slow
 
@@ -75,10 +75,7 @@ def lab(tmp_path_factory):
         if os.environ.get("TEA_REQUIRE_BROWSER"):  # CI: the build must have happened
             pytest.fail("the extension is not built: pip install -e . should have built it (is Node installed?)")
         pytest.skip("the extension is not built (pip install -e . builds it; it needs Node)")
-    root = tmp_path_factory.mktemp("lab-root")
-    server = Lab(root, tmp_path_factory.mktemp("lab-home"))
-    yield server
-    server.stop()
+    yield from running(Lab, tmp_path_factory)
 
 
 @pytest.fixture(scope="module")

@@ -24,10 +24,7 @@ from tea_notebook.protocol import transformations as tx
 from tea_notebook.runtime.agent import Agent, AgentCardUpdated
 from tea_notebook.runtime.render import payload
 
-
-@pytest.fixture(scope="module", autouse=True)
-def _warm(warm_litellm):
-    """litellm's first import is paid once, not inside a test."""
+pytestmark = pytest.mark.usefixtures("warm_litellm")  # litellm's first import is paid once, not inside a test.
 
 
 @pytest.fixture

@@ -19,7 +19,9 @@ import pytest
 
 pytest.importorskip("IPython")
 
+from conftest import magics_workspace  # noqa: E402
 from IPython.core.error import UsageError  # noqa: E402
+from loopback_http import free_port as _closed_port  # noqa: E402
 
 import tea_notebook  # noqa: E402
 from tea_notebook.models.offline import ScriptedModel, call  # noqa: E402
@@ -29,19 +31,9 @@ SECRET_VALUE = "hunter2-correct-horse-battery"
 
 
 @pytest.fixture
-def magics(ip):
-    return ip.magics_manager.registry["TeaMagics"]
-
-
-@pytest.fixture
 def shell_ws(ip, magics, tmp_path, monkeypatch):
     """A fresh workspace made current in the shell, no model configured anywhere."""
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("TEA_MODEL", raising=False)
-    path = tmp_path / "ws"
-    tea_notebook.Workspace(path, embedder="hashing").close()
-    ip.run_line_magic("config", "TeaMagics.default_model = None")
-    ip.run_line_magic("tea", f"workspace {path}")
+    magics_workspace(ip, tmp_path, monkeypatch)
     yield magics.workspace
 
 
@@ -279,12 +271,6 @@ def test_9_stopped_run_kills_a_sandboxed_generated_tool(ws, warm_litellm):
 
 
 # -- 7. unreachable and silent model servers: said at once, or within interactive time limits --------
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]  # closed again on exit: connecting is refused
-
-
 class _SilentServer:
     """Accepts connections on 127.0.0.1 and never answers."""
 
@@ -493,16 +479,13 @@ def test_6_script_that_runs_agents_exits_without_litellm_noise(tmp_path):
 def test_6_real_kernel_shut_down_after_runs_prints_no_litellm_noise(tmp_path):
     pytest.importorskip("jupyter_client")
     from jupyter_client import KernelManager
-    from jupyter_client.kernelspec import KernelSpecManager
+    from kernel_driver import make_kernel_specs
 
-    specs = tmp_path / "specs"
-    (specs / "tea-exit").mkdir(parents=True)
-    argv = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
-    (specs / "tea-exit" / "kernel.json").write_text(json.dumps({"argv": argv, "language": "python"}))
+    specs = make_kernel_specs(tmp_path / "specs", "tea-exit")
     env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
     env.pop("TEA_MODEL", None)
     log = tmp_path / "kernel-stderr.txt"
-    km = KernelManager(kernel_name="tea-exit", kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(specs)]))
+    km = KernelManager(kernel_name="tea-exit", kernel_spec_manager=specs)
     with open(log, "w") as err:
         km.start_kernel(env=env, cwd=str(tmp_path), stderr=err, stdout=err)
         kc = km.client()

@@ -30,7 +30,7 @@ from typing import Any  # noqa: E402
 
 import pytest  # noqa: E402
 import test_boundary  # noqa: E402
-from test_boundary import SANDBOX_OPTIONS, Host, report_of  # noqa: E402
+from test_boundary import ATTEMPT, SANDBOX_OPTIONS, Host, report_of  # noqa: E402
 
 from tea_notebook._safe_open import read_beneath, write_beneath  # noqa: E402
 from tea_notebook.errors import EnvironmentFailure, TeaError  # noqa: E402
@@ -381,18 +381,13 @@ def test_a_scripted_models_planted_todo_md_never_reaches_a_host_file(host):
 
 
 # -- finding 6: no set-id file from inside ---------------------------------------------------------
-SET_ID = r"""
+SET_ID = (
+    r"""
 import ctypes, json, os
 libc = ctypes.CDLL(None, use_errno=True)
-out = {}
-
-def attempt(name, fn):
-    try:
-        fn()
-        out[name] = "ok"
-    except OSError as exc:
-        out[name] = exc.strerror
-
+"""
+    + ATTEMPT
+    + r"""
 def raw(name, number, *args):
     # the system call itself, as a C program (or a static binary) would make it
     ctypes.set_errno(0)
@@ -426,6 +421,7 @@ raw("open(2) no O_CREAT, junk mode", 2, b"plain", os.O_RDONLY, 0o4755)
 attempt("mkfifo", lambda: os.mkfifo("fifo"))
 json.dumps(out)
 """
+)
 REFUSED = {"Operation not permitted"}
 
 

@@ -12,6 +12,7 @@ import sys
 
 import litellm
 import pytest
+from prompt_parts import all_text as _text
 
 pytest.importorskip("inspect_ai")
 
@@ -24,10 +25,6 @@ from inspect_ai.scorer import match  # noqa: E402
 from tea_notebook.errors import TeaError  # noqa: E402
 from tea_notebook.eval import eval_set, evaluate, inspect_agent, no_tool_errors, tool_called  # noqa: E402
 from tea_notebook.models.offline import ScriptedModel, call  # noqa: E402
-
-
-def _text(messages):
-    return " ".join(m["content"] for m in messages if isinstance(m.get("content"), str))
 
 
 @pytest.fixture

@@ -9,11 +9,11 @@ import json
 import os
 import shutil
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from event_factory import event
 
 from tea_notebook.notebook.live import LiveView
 from tea_notebook.notebook.live_bundle import live_payload
@@ -22,18 +22,6 @@ from tea_notebook.runtime.render import MIME_TYPE
 
 ROOT = Path(__file__).resolve().parents[1]
 EXT = ROOT / "extension"
-
-
-def event(type_: str, run_id: str = "r1", step: int | None = None, parent: str | None = None, **data: Any) -> Event:
-    return Event(
-        id=f"e{time.monotonic_ns()}",
-        run_id=run_id,
-        type=type_,
-        time=time.time(),
-        data=data,
-        step=step,
-        parent_id=parent,
-    )
 
 
 class Handle:

@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("IPython")
 
-from conftest import magics_workspace  # noqa: E402
+from conftest import magics_workspace, tea  # noqa: E402
 from IPython.core.error import UsageError  # noqa: E402
 from traitlets.config import Config  # noqa: E402
 
@@ -40,10 +40,6 @@ def ws(ip, magics, tmp_path, monkeypatch):
     assert switched.embedder.id.startswith("hashing")
     yield switched
     assert not (tmp_path / ".tea").exists()
-
-
-def tea(ip, line: str):
-    return ip.run_line_magic("tea", line)
 
 
 def tool(ip, cell: str, line: str = ""):

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from workspace_on_disk import make_ws
 
 import tea_notebook
 from tea_notebook.errors import ManifestError
@@ -53,10 +54,6 @@ def vector_norm(values: list[float]) -> float:
     import numpy as np
 
     return float(np.linalg.norm(values))
-
-
-def make_ws(path: Path) -> tea_notebook.Workspace:
-    return tea_notebook.Workspace(path, embedder="hashing")
 
 
 def sha(text: str) -> str:

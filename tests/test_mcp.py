@@ -9,13 +9,14 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from child_processes import alive, gone_soon
+from loopback_http import free_port, start_listening
 
 import tea_notebook
 from tea_notebook.errors import TeaError
@@ -34,42 +35,8 @@ def server_cmd(mode: str | None = None) -> list[str]:
     return [PY, SERVER, *([mode] if mode else [])]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for_port(port: int, proc: subprocess.Popen, limit: float = 30.0) -> None:
-    deadline = time.monotonic() + limit
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(
-                f"the server exited with {proc.returncode}: {proc.stderr.read() if proc.stderr else ''}"
-            )
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return
-        except OSError:
-            time.sleep(0.1)
-    raise AssertionError(f"nothing listens on port {port} after {limit} s")
-
-
-def alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[-1].split()[0] not in ("Z", "X")
-
-
 def wait_gone(pid: int, limit: float = 15.0) -> bool:
-    deadline = time.monotonic() + limit
-    while time.monotonic() < deadline:
-        if not alive(pid):
-            return True
-        time.sleep(0.05)
-    return False
+    return gone_soon(pid, limit, poll=0.05)
 
 
 def stop(proc: subprocess.Popen) -> None:
@@ -85,11 +52,8 @@ def stop(proc: subprocess.Popen) -> None:
 @pytest.fixture
 def http_server():
     port = free_port()
-    proc = subprocess.Popen(
-        [PY, SERVER, "http", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
-    )
+    proc = start_listening([PY, SERVER, "http", str(port)], port)
     try:
-        wait_for_port(port, proc)
         yield f"http://127.0.0.1:{port}/mcp"
     finally:
         stop(proc)
@@ -273,9 +237,7 @@ def test_an_http_server_that_went_away_is_reported_then_reconnected(ws):
     url = f"http://127.0.0.1:{port}/mcp"
 
     def start() -> subprocess.Popen:
-        proc = subprocess.Popen([PY, SERVER, "http", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        wait_for_port(port, proc)
-        return proc
+        return start_listening([PY, SERVER, "http", str(port)], port)
 
     proc = start()
     try:
@@ -396,15 +358,13 @@ def test_tea_mcp_serve_over_streamable_http(tmp_path):
     _export_workspace(tmp_path / "w")
     port = free_port()
     cmd = [*TEA, "mcp", "serve", "-w", str(tmp_path / "w"), "--tools", "convert_temperature,leak_key,explode"]
-    proc = subprocess.Popen(
+    proc = start_listening(
         [*cmd, "--agents", "thermo", "--transport", "http", "--port", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
+        port,
+        limit=60,
         env={**os.environ, "TEA_MCP_TOKEN": SECRET},
     )
     try:
-        wait_for_port(port, proc, limit=60)
         out = asyncio.run(_client_session_calls("http", f"http://127.0.0.1:{port}/mcp", SECRET))
     finally:
         stop(proc)
@@ -478,15 +438,8 @@ def test_the_mcp_guide_runs_as_written(tmp_path, monkeypatch):
     _export_workspace(tmp_path / "srv" / ".tea")  # what the command serves (the page makes its own ./.tea)
     port = free_port()
     monkeypatch.setenv("TEA_MCP_TOKEN", SECRET)  # the HTTP server and the notebook's kernel share it
-    proc = subprocess.Popen(
-        [*TEA, *http[1:-1], str(port)],
-        cwd=tmp_path / "srv",
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_listening([*TEA, *http[1:-1], str(port)], port, limit=60, cwd=tmp_path / "srv")
     try:
-        wait_for_port(port, proc, limit=60)
         checks = [
             remote.replace("8765", str(port)),
             "ws_nb = get_ipython().magics_manager.registry['TeaMagics'].workspace\n"

@@ -16,7 +16,8 @@ import time
 from pathlib import Path
 
 import pytest
-from test_mcp import PY, SERVER, TEA, _export_workspace, free_port, stop, wait_for_port
+from loopback_http import free_port, start_listening, wait_for_port
+from test_mcp import PY, SERVER, TEA, _export_workspace, stop
 
 import tea_notebook
 from tea_notebook.errors import TeaError
@@ -32,15 +33,13 @@ TOKEN = "tea-test-token-0123456789abcdefXYZ"
 def start_http(tmp_path: Path, *extra: str, env: dict[str, str] | None = None) -> tuple[subprocess.Popen, int]:
     _export_workspace(tmp_path / "w")
     port = free_port()
-    proc = subprocess.Popen(
+    proc = start_listening(
         [*TEA, "mcp", "serve", "-w", str(tmp_path / "w"), "--tools", "convert_temperature", "--transport", "http"]
         + ["--port", str(port), *extra],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
+        port,
+        limit=60,
         env={**os.environ, **(env or {})},
     )
-    wait_for_port(port, proc, limit=60)
     return proc, port
 
 
@@ -187,17 +186,7 @@ def test_another_local_user_without_the_token_is_refused(tmp_path):
         """
     )
     try:
-        done = subprocess.run(
-            [python, "-c", probe],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            cwd=str(home),
-            env=env,
-            user=uid,
-            group=gid,
-            extra_groups=[],
-        )
+        done = test_boundary.run_as_user(uid, gid, home, python, env, probe)
     finally:
         finish(proc)
     assert done.returncode == 0, done.stderr
@@ -232,16 +221,14 @@ def test_binding_beyond_loopback_needs_allow_remote_and_warns(tmp_path):
     wildcard = subprocess.run([*base, "--allowed-host", "*"], capture_output=True, text=True, timeout=60, env=env)
     assert wildcard.returncode == 2 and "--allowed-host '*': give a host name or address" in wildcard.stderr
     port = free_port()
-    proc = subprocess.Popen(
+    proc = start_listening(
         [*base, "--host", "0.0.0.0", "--port", str(port), "--allow-remote", "--token-env", "MY_TOKEN"]
         + ["--allowed-host", "mcp.lan.example"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
+        port,
+        limit=60,
         env={**os.environ, "MY_TOKEN": TOKEN},
     )
     try:
-        wait_for_port(port, proc, limit=60)
         assert post(port, {})[0] == 401
         assert post(port, {"Authorization": f"Bearer {TOKEN}", "Host": f"evil.example:{port}"})[0] == 421
         assert post(port, {"Authorization": f"Bearer {TOKEN}", "Host": f"mcp.lan.example:{port}"})[0] == 200

@@ -19,6 +19,7 @@ import litellm  # noqa: E402
 import pytest  # noqa: E402
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
+from order_models import Order  # noqa: E402
 from pydantic import BaseModel, Field  # noqa: E402
 
 import tea_notebook  # noqa: E402
@@ -115,16 +116,6 @@ def math_ws(ws):
         return text.upper()
 
     return ws
-
-
-class LineItem(BaseModel):
-    sku: str
-    qty: int = 1
-
-
-class Order(BaseModel):
-    customer: str
-    items: list[LineItem]
 
 
 # A hand-written schema with the shapes tool schemas take in the wild.

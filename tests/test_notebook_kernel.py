@@ -11,8 +11,6 @@ import sqlite3
 import sys
 import textwrap
 import time
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,131 +20,23 @@ pytest.importorskip("ipykernel")
 
 from jupyter_client import KernelManager  # noqa: E402
 from jupyter_client.kernelspec import KernelSpecManager  # noqa: E402
+from kernel_driver import (  # noqa: E402
+    KERNEL,
+    Kernel,
+    agent_cell,
+    make_kernel_specs,
+    start_kernel,
+    tool_cell,
+)
 
 pytestmark = pytest.mark.slow
 
 MIME = "application/vnd.tea.trajectory+json"
-KERNEL = "tea-test"
-
-
-# -- a small kernel driver ---------------------------------------------------------------------
-@dataclass
-class Execution:
-    """One executed cell: the shell reply, this cell's iopub messages and the round-trip time."""
-
-    reply: dict[str, Any]
-    iopub: list[dict[str, Any]] = field(default_factory=list)
-    elapsed: float = 0.0
-
-    @property
-    def status(self) -> str:
-        return self.reply["content"]["status"]
-
-    def of_type(self, *types: str) -> list[dict[str, Any]]:
-        return [m for m in self.iopub if m["msg_type"] in types]
-
-    @property
-    def result(self) -> dict[str, Any]:
-        found = self.of_type("execute_result")
-        assert len(found) == 1, f"expected one execute_result, got {[m['msg_type'] for m in self.iopub]}"
-        return found[0]["content"]
-
-    @property
-    def stdout(self) -> str:
-        return "".join(m["content"]["text"] for m in self.of_type("stream") if m["content"]["name"] == "stdout")
-
-    def htmls(self) -> list[str]:
-        """Every text/html payload the cell sent (displays, live updates and the result)."""
-        return [
-            m["content"]["data"]["text/html"]
-            for m in self.of_type("display_data", "update_display_data", "execute_result")
-            if "text/html" in m["content"].get("data", {})
-        ]
-
-
-class Kernel:
-    def __init__(self, km: KernelManager):
-        self.km = km
-        self.kc = km.client()
-        self.kc.start_channels()
-        self.kc.wait_for_ready(timeout=60)
-
-    def send(self, code: str) -> str:
-        return self.kc.execute(code)
-
-    def wait(self, msg_id: str, timeout: float = 60, sent: float | None = None) -> Execution:
-        deadline = time.monotonic() + timeout
-        while True:
-            reply = self.kc.get_shell_msg(timeout=max(0.1, deadline - time.monotonic()))
-            if reply["parent_header"].get("msg_id") == msg_id:
-                break
-        elapsed = time.monotonic() - sent if sent is not None else 0.0
-        out = Execution(reply, elapsed=elapsed)
-        while True:
-            msg = self.kc.get_iopub_msg(timeout=max(0.1, deadline - time.monotonic()))
-            if msg["parent_header"].get("msg_id") != msg_id:
-                continue
-            if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
-                return out
-            out.iopub.append(msg)
-
-    def run(self, code: str, timeout: float = 60) -> Execution:
-        sent = time.monotonic()
-        return self.wait(self.send(code), timeout, sent)
-
-    def ok(self, code: str, timeout: float = 60) -> Execution:
-        ex = self.run(code, timeout)
-        assert ex.status == "ok", (code, ex.reply["content"], [m["content"] for m in ex.of_type("stream", "error")])
-        return ex
-
-    def json(self, expr: str) -> Any:
-        """The value of a JSON-able expression in the kernel."""
-        ex = self.ok(f"import json as _json\nprint('@@' + _json.dumps({expr}))")
-        line = next(x for x in ex.stdout.splitlines() if x.startswith("@@"))
-        return json.loads(line[2:])
-
-    def workspace(self, path: Path) -> None:
-        """Switch the kernel's %tea workspace to a fresh folder."""
-        self.ok(f"%tea workspace {path}")
-        assert self.json("str(get_ipython().magics_manager.registry['TeaMagics'].workspace.path)") == str(
-            path.resolve()
-        )
-
-    def close(self) -> None:
-        self.kc.stop_channels()
-        self.km.shutdown_kernel(now=True)
 
 
 @pytest.fixture(scope="module")
 def kernel_specs(tmp_path_factory) -> KernelSpecManager:
     return make_kernel_specs(tmp_path_factory.mktemp("kernels"))
-
-
-def make_kernel_specs(root: Path) -> KernelSpecManager:
-    """A kernel spec that runs ipykernel on THIS interpreter (the venv under test), whatever
-    kernels the user or the CI image have installed."""
-    (root / KERNEL).mkdir()
-    spec = {
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": "tea_notebook tests",
-        "language": "python",
-    }
-    (root / KERNEL / "kernel.json").write_text(json.dumps(spec))
-    return KernelSpecManager(kernel_dirs=[str(root)])
-
-
-def start_kernel(specs: KernelSpecManager, cwd: Path) -> Kernel:
-    env = dict(os.environ)
-    env["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
-    env.pop("TEA_MODEL", None)  # no model configured unless a test says so
-    env["MPLBACKEND"] = "Agg"
-    km = KernelManager(kernel_name=KERNEL, kernel_spec_manager=specs)
-    km.start_kernel(env=env, cwd=str(cwd))
-    try:
-        return Kernel(km)
-    except Exception:
-        km.shutdown_kernel(now=True)
-        raise
 
 
 @pytest.fixture(scope="module")
@@ -168,14 +58,6 @@ def kernel(loaded, tmp_path) -> Kernel:
     k, _ = loaded
     k.workspace(tmp_path / "ws")
     return k
-
-
-def tool_cell(k: Kernel, body: str, line: str = "") -> Execution:
-    return k.ok(f"%%tool {line}\n{textwrap.dedent(body).strip()}\n")
-
-
-def agent_cell(k: Kernel, task: str, line: str = "", timeout: float = 60) -> Execution:
-    return k.run(f"%%agent {line}\n{task}", timeout)
 
 
 def walk_keys(value: Any) -> set[str]:

@@ -21,7 +21,6 @@ os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
 import html  # noqa: E402
 import json  # noqa: E402
 import re  # noqa: E402
-import socket  # noqa: E402
 import time  # noqa: E402
 import urllib.parse  # noqa: E402
 import urllib.request  # noqa: E402
@@ -33,6 +32,9 @@ from urllib.parse import parse_qs  # noqa: E402
 import docfactory as df  # noqa: E402
 import pytest  # noqa: E402
 import sitekit  # noqa: E402
+from conftest import magics_workspace  # noqa: E402
+from loopback_http import free_port as closed_port  # noqa: E402
+from prompt_parts import block  # noqa: E402
 from sitekit import (  # noqa: E402
     BIRTHPLACE,
     FIRST_ORDER,
@@ -63,9 +65,7 @@ SALES = {"Q3": [["Region", "Sales"], ["North", 120], ["South", 80]], "Notes": [[
 SALES_TOTAL = 200
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _warm(warm_litellm):
-    """Timings measure the runtime, not litellm's first import."""
+pytestmark = pytest.mark.usefixtures("warm_litellm")  # timings measure the runtime, not litellm's first import.
 
 
 @pytest.fixture(scope="module")
@@ -426,12 +426,6 @@ class Wanderer(BrowserScript):
         return call("done", success=current_url(state).endswith("/form.html"), text=current_url(state))
 
 
-def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @needs_chromium
 def test_unreachable_and_slow_pages_are_error_observations(ws, site):
     ws.envs.add(Browser, timeout=3)
@@ -457,11 +451,6 @@ def test_unreachable_and_slow_pages_are_error_observations(ws, site):
 _STAGE = re.compile(r"\Atea-stage: (\w+)")
 _SOURCE = re.compile(r'<source number="(\d+)" title="([^"]*)" url="([^"]*)">\n(.*?)\n</source>', re.S)
 _EVIDENCE = re.compile(r"^\[(\d+)\] (.*?)(?: — \".*\")?$", re.M)
-
-
-def block(text: str, tag: str) -> str:
-    m = re.search(rf"<{tag}>\n?(.*?)\n?</{tag}>", text, re.S)
-    return m.group(1) if m else ""
 
 
 def sentences(text: str) -> list[str]:
@@ -794,7 +783,7 @@ def test_after_a_restart_the_orchestra_is_rebuilt_from_its_cards(tmp_path, site,
         make_team(first, site, corpus_folder, planner_script.name, filler=filler)
 
     with tea_notebook.Workspace(path, embedder="hashing") as ws2:
-        assert ws2._live_agents == {}
+        assert len(ws2.live_agents) == 0
         planner = kinds.build(ws2, "orchestra")
         assert isinstance(planner, Agent) and planner.sub_agents == TEAM and planner.todo
         assert planner.envs == ["python"] and planner.model == planner_script.name
@@ -812,20 +801,15 @@ def test_after_a_restart_the_orchestra_is_rebuilt_from_its_cards(tmp_path, site,
         assert child["task"] == task
         assert f"order #{FIRST_ORDER} confirmed for Standard" in result.answer
         assert [parse_qs(b) for b in site.posted] == [{"name": ["Grace Hopper"], "plan": ["Standard"], "gift": ["yes"]}]
-        assert filler.states and "browser_use" not in ws2._live_agents  # the runner came from the card
+        assert filler.states and "browser_use" not in ws2.live_agents  # the runner came from the card
 
 
 # -- 5. %%agent shortcuts -----------------------------------------------------------------------------
 @pytest.fixture
 def shell_ws(ip, tmp_path, monkeypatch):
     """A fresh workspace made current in the in-process shell (as in test_magics_shell)."""
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("TEA_MODEL", raising=False)
     path = tmp_path / "ws"
-    tea_notebook.Workspace(path, embedder="hashing").close()
-    ip.run_line_magic("config", "TeaMagics.default_model = None")
-    ip.run_line_magic("config", f"TeaMagics.workspace_path = {str(path)!r}")
-    switched = ip.run_line_magic("tea", f"workspace {path}")
+    switched = magics_workspace(ip, tmp_path, monkeypatch, workspace_path=str(path))
     assert switched.path == path.resolve()
     yield switched
     assert not (tmp_path / ".tea").exists()

@@ -11,19 +11,18 @@ import json  # noqa: E402
 import time  # noqa: E402
 
 import pytest  # noqa: E402
+from prompt_parts import section, user_text  # noqa: E402
 
 from tea_notebook.models.offline import ScriptedModel, call  # noqa: E402
 
 TASK = "Compare the caffeine content of green and black tea"
 
 
-def user_text(messages: list[dict]) -> str:
-    return next(m["content"] for m in messages if m["role"] == "user")
-
-
-def section(text: str, tag: str) -> str:
-    assert f"<{tag}>" in text and f"</{tag}>" in text, f"<{tag}> missing from the prompt"
-    return text.split(f"<{tag}>", 1)[1].split(f"</{tag}>", 1)[0]
+def note_todo_path(ws, box: dict) -> None:
+    """Keep the first run's todo.md path in ``box["todo"]``, from its run_started event."""
+    ws.events.subscribe(
+        lambda e: box.setdefault("todo", ws.path / "runs" / e.run_id / "todo.md") if e.type == "run_started" else None
+    )
 
 
 def observations(result) -> list[str]:
@@ -31,9 +30,7 @@ def observations(result) -> list[str]:
     return [s.actions[0].get("observation", "") if s.actions else "" for s in result.trajectory.steps]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _warm(warm_litellm):
-    """Timings measure the runtime, not litellm's first import."""
+pytestmark = pytest.mark.usefixtures("warm_litellm")  # timings measure the runtime, not litellm's first import.
 
 
 @pytest.fixture
@@ -189,11 +186,7 @@ def test_todo_md_edits_on_disk_are_read_back(ws):
 
     planner_model = ScriptedModel(planner_brain)
     planner = ws.planner(["researcher", "analyst"], model=planner_model.name)
-    ws.events.subscribe(
-        lambda e: (
-            path_box.setdefault("todo", ws.path / "runs" / e.run_id / "todo.md") if e.type == "run_started" else None
-        )
-    )
+    note_todo_path(ws, path_box)
     result = planner.run_sync(TASK)
     assert result.success
     expected = "\n".join(
@@ -228,11 +221,7 @@ def test_a_hand_added_step_without_a_number_is_kept(ws):
 
     planner_model = ScriptedModel(planner_brain)
     planner = ws.planner(["researcher", "analyst"], model=planner_model.name)
-    ws.events.subscribe(
-        lambda e: (
-            path_box.setdefault("todo", ws.path / "runs" / e.run_id / "todo.md") if e.type == "run_started" else None
-        )
-    )
+    note_todo_path(ws, path_box)
     result = planner.run_sync(TASK)
     assert result.success
     assert "call the tea board" in todo_md(ws, result.run_id)

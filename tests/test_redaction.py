@@ -58,9 +58,7 @@ def secret_env(monkeypatch):
     monkeypatch.setenv(ENV_NAME, SECRET)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _warm(warm_litellm):
-    """litellm imported once for the module."""
+pytestmark = pytest.mark.usefixtures("warm_litellm")  # litellm imported once for the module.
 
 
 # -- the function -----------------------------------------------------------------------------

@@ -316,16 +316,11 @@ def test_importing_the_views_loads_no_widgets():
 def test_in_a_kernel_the_widget_searches_as_you_type(tmp_path):
     pytest.importorskip("ipykernel")
     from jupyter_client import KernelManager
-    from jupyter_client.kernelspec import KernelSpecManager
+    from kernel_driver import KERNEL, make_kernel_specs
 
-    specs = tmp_path / "kernels"
-    (specs / "tea-test").mkdir(parents=True)
-    argv = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
-    (specs / "tea-test" / "kernel.json").write_text(
-        json.dumps({"argv": argv, "display_name": "t", "language": "python"})
-    )
+    specs = make_kernel_specs(tmp_path / "kernels")
     env = dict(os.environ, LITELLM_LOCAL_MODEL_COST_MAP="True")
-    km = KernelManager(kernel_name="tea-test", kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(specs)]))
+    km = KernelManager(kernel_name=KERNEL, kernel_spec_manager=specs)
     km.start_kernel(env=env, cwd=str(tmp_path))
     kc = km.client()
     kc.start_channels()

@@ -18,12 +18,9 @@ os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
 
 import asyncio  # noqa: E402
 import html  # noqa: E402
-import http.server  # noqa: E402
 import json  # noqa: E402
 import re  # noqa: E402
 import shutil  # noqa: E402
-import socket  # noqa: E402
-import threading  # noqa: E402
 import time  # noqa: E402
 import urllib.parse  # noqa: E402
 import urllib.request  # noqa: E402
@@ -31,6 +28,8 @@ from typing import Any  # noqa: E402
 
 import pytest  # noqa: E402
 import sitekit  # noqa: E402
+from loopback_http import QuietHandler, serve, stop  # noqa: E402
+from loopback_http import free_port as closed_port  # noqa: E402
 from sitekit import BIRTHPLACE, LEAD_ENGINEER, REACTOR_FACT, SCRIPT_SENTENCE, TestSite  # noqa: E402
 
 import tea_notebook  # noqa: E402
@@ -519,21 +518,13 @@ def test_research_over_the_corpus(ws, tmp_path):
 
 
 # -- 5. the page reader on bad inputs ---------------------------------------------------------------
-def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class _Internal(http.server.BaseHTTPRequestHandler):
+class _Internal(QuietHandler):
     """A local admin service a hostile page wants the reader to fetch (a Jupyter server, a database UI)."""
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
         self.server.hits.append(self.path)
         if self.path.startswith("/redirect"):
-            self.send_response(302)
-            self.send_header("Location", f"http://127.0.0.1:{self.server.server_port}/internal-admin?token=ADMIN-TOKEN")
-            self.end_headers()
+            self.redirect(f"http://127.0.0.1:{self.server.server_port}/internal-admin?token=ADMIN-TOKEN")
             return
         body = b"<html><body><p>internal admin console, ADMIN-TOKEN, lots of text here</p></body></html>"
         self.send_response(200)
@@ -541,19 +532,13 @@ class _Internal(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def log_message(self, *args) -> None:
-        pass
-
 
 @pytest.fixture
 def internal():
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Internal)
+    server = serve(_Internal)
     server.hits = []
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
     yield server
-    server.shutdown()
-    server.server_close()
+    stop(server)
 
 
 def test_search_hits_on_internal_addresses_are_refused_by_the_egress_policy(ws, site, internal):
@@ -590,7 +575,9 @@ def test_search_hits_on_internal_addresses_are_refused_by_the_egress_policy(ws, 
 def test_bad_pages_are_error_observations(ws, site):
     bad = {
         site.url("/missing.html"): "HTTP 404",
-        site.url("/nothing-here.html").replace(site.hostport.split(":")[1], str(closed_port())): "egress rule 'loopback'",
+        site.url("/nothing-here.html").replace(
+            site.hostport.split(":")[1], str(closed_port())
+        ): "egress rule 'loopback'",
         site.url("/slow.html?s=30"): "no complete answer within 1 s",
         site.url("/big.bin"): f"{sitekit.BIG_SIZE / 1e6:.0f} MB is over the reader's limit of 5 MB",
         site.url("/redirect-to-file"): "only http and https are reached, not the 'file' scheme (egress rule 'scheme')",
@@ -723,7 +710,7 @@ def test_rebuilt_from_the_card_after_a_restart(tmp_path, site):
 
     ws2 = tea_notebook.Workspace(path, embedder="hashing")
     try:
-        assert "deep_researcher" not in ws2._live_agents
+        assert "deep_researcher" not in ws2.live_agents
         assert ws2.agents.runtime("deep_researcher") is None
         invoked = ws2.agents.invoke("deep_researcher", TASK)
         assert invoked.ok, invoked.error

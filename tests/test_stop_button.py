@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from jupyter_process import JupyterProcess, launch_chromium
+from event_factory import event
+from jupyter_process import JupyterProcess, launch_chromium, running
 
 from tea_notebook.notebook import live
 from tea_notebook.notebook.live import LiveView, kernel_id, stop_button_html
@@ -28,10 +29,6 @@ from tea_notebook.runtime.events import Event
 
 MIME = "application/vnd.tea.trajectory+json"
 KERNEL_ID = "0b7e5f6a-1234-4abc-9def-0123456789ab"
-
-
-def event(type_: str, run_id: str = "r1", step: int | None = None, **data: Any) -> Event:
-    return Event(id=f"e{time.monotonic_ns()}", run_id=run_id, type=type_, time=time.time(), data=data, step=step)
 
 
 def started_view(kernel: str | None) -> LiveView:
@@ -147,18 +144,7 @@ def test_grant_reaches_the_runs_context(ip, shell_ws):
     assert "--grant" in ip.find_cell_magic("agent").__doc__
 
 
-def test_a_plain_shell_shows_no_stop_button(ip, shell_ws, monkeypatch):
-    shown: list[str] = []
-
-    class Handle:
-        def update(self, obj: Any) -> None:
-            shown.append(obj.data)
-
-    def fake_display(obj: Any, display_id: bool = False) -> Handle:
-        shown.append(obj.data)
-        return Handle()
-
-    monkeypatch.setattr("IPython.display.display", fake_display)
+def test_a_plain_shell_shows_no_stop_button(ip, shell_ws, shown):
     assert ip.run_cell_magic("agent", "--model tea/test --tools granted", "Check.").status == "success"
     assert len(shown) >= 2 and not any("<button" in h for h in shown), shown
     assert any("interrupt the kernel (■) to stop" in h for h in shown), [
@@ -206,10 +192,7 @@ class Server(JupyterProcess):
 def server(tmp_path_factory):
     pytest.importorskip("jupyter_server")
     pytest.importorskip("ipykernel")
-    root = tmp_path_factory.mktemp("server-root")
-    srv = Server(root, tmp_path_factory.mktemp("jupyter-home"))
-    yield srv
-    srv.stop()
+    yield from running(Server, tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
@@ -229,15 +212,9 @@ class KernelClient:
         self.kc.wait_for_ready(timeout=60)
 
     def iopub_until_idle(self, msg_id: str, timeout: float = 60) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = []
-        deadline = time.monotonic() + timeout
-        while True:
-            msg = self.kc.get_iopub_msg(timeout=max(0.1, deadline - time.monotonic()))
-            if msg["parent_header"].get("msg_id") != msg_id:
-                continue
-            if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
-                return out
-            out.append(msg)
+        from kernel_driver import iopub_until_idle
+
+        return iopub_until_idle(self.kc, msg_id, time.monotonic() + timeout)
 
     def reply(self, msg_id: str, timeout: float = 60) -> dict[str, Any]:
         deadline = time.monotonic() + timeout

@@ -10,7 +10,6 @@ import os
 
 os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
 
-import hashlib  # noqa: E402
 import json  # noqa: E402
 import random  # noqa: E402
 import signal  # noqa: E402
@@ -22,6 +21,8 @@ import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
+from child_processes import kill_9, reaped, run_released_together  # noqa: E402
+from workspace_on_disk import make_ws, sha256_file  # noqa: E402
 
 import tea_notebook  # noqa: E402
 from tea_notebook.errors import NotFoundError, WorkspaceError  # noqa: E402
@@ -33,14 +34,6 @@ from tea_notebook.store.blobs import FIELD_LIMIT  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 MB = 1024 * 1024
-
-
-def make_ws(path: Path) -> tea_notebook.Workspace:
-    return tea_notebook.Workspace(path, embedder="hashing")
-
-
-def sha256_file(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -101,15 +94,10 @@ def test_a_run_of_a_killed_process_is_marked_interrupted_on_open(tmp_path):
     path = tmp_path / "ws"
     make_ws(path).close()
     child = _start_slow_run(path, tmp_path / "thinking", hold=300)
-    try:
+    with reaped(child):
         # while the child is alive, opening the workspace leaves its run alone
         assert _the_run(path)["status"] == "running"
-        os.kill(child.pid, signal.SIGKILL)
-        child.wait(timeout=30)
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
+        kill_9(child, 30)
     assert child.returncode == -signal.SIGKILL
     ws = make_ws(path)
     run = ws.runs(10)[0]
@@ -133,17 +121,13 @@ def test_a_live_run_in_another_process_is_left_alone_and_finishes(tmp_path):
     path = tmp_path / "ws"
     make_ws(path).close()
     child = _start_slow_run(path, tmp_path / "thinking", hold=3)
-    try:
+    with reaped(child):
         for _ in range(3):  # several opens while it thinks
             ws = make_ws(path)
             assert ws.runs(10)[0]["status"] == "running"
             assert ws.db.interrupt_orphaned_runs() == []
             ws.close()
         out, err = child.communicate(timeout=120)
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
     assert child.returncode == 0, err
     assert out.strip() == "success"
     run = _the_run(path)
@@ -339,23 +323,9 @@ def test_processes_creating_one_workspace_at_once_all_open_it(tmp_path):
     path.mkdir()
     gate = tmp_path / "go"
     workers = 6
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", _OPENER, str(path), str(w), str(gate)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            cwd=REPO,
-        )
-        for w in range(workers)
-    ]
-    time.sleep(2.0)  # every child imported and waiting
-    gate.touch()
-    errors = []
-    for p in procs:
-        _, err = p.communicate(timeout=120)
-        if p.returncode != 0:
-            errors.append(err.strip().splitlines()[-1])
+    argvs = [[sys.executable, "-c", _OPENER, str(path), str(w), str(gate)] for w in range(workers)]
+    done = run_released_together(argvs, gate, settle=2.0, timeout=120, cwd=REPO)  # every child imported and waiting
+    errors = [p.stderr.strip().splitlines()[-1] for p in done if p.returncode != 0]
     assert not errors
     ws = make_ws(path)
     assert ws.tools.names() == sorted(f"from_{w}" for w in range(workers))

@@ -14,6 +14,8 @@ import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
+from prompt_parts import thoughts, turn  # noqa: E402
+from prompt_parts import user_text as user  # noqa: E402
 
 import tea_notebook  # noqa: E402
 from tea_notebook._sync import run_sync  # noqa: E402
@@ -26,38 +28,12 @@ SECRET_NAME = "TEA_TT_SERVICE_TOKEN"
 SECRET = "tt-Secret-9c1f7e55aa"
 
 
-def thoughts(**fields: str) -> str:
-    return json.dumps(fields)
-
-
-def turn(content: str | None, *calls: dict) -> dict:
-    return {"content": content, "tool_calls": list(calls)}
-
-
-def user(messages: list[dict]) -> str:
-    return next(m["content"] for m in messages if m["role"] == "user")
-
-
 def run_count(ws) -> int:
     return len(ws.db.runs(10_000, parent_id=None))
 
 
 def event_count(ws) -> int:
     return ws.db._read("SELECT count(*) FROM events")[0][0]
-
-
-@pytest.fixture
-def worker(ws):
-    """A tool that records every execution and returns an observation naming its argument."""
-    executed: list[int] = []
-
-    @ws.tools.tool
-    def work(n: int) -> str:
-        """Do one unit of work."""
-        executed.append(n)
-        return f"result {n}"
-
-    return executed
 
 
 def four_steps(ws, worker, **agent_options):
@@ -377,7 +353,7 @@ ws.agent("fragile", model=script.name, tools=["slow"], max_actions=3).run_sync("
 
 
 def test_a_run_whose_kernel_is_killed_with_kill_9_resumes_without_repeating_finished_calls(tmp_path):
-    from test_notebook_kernel import make_kernel_specs, start_kernel
+    from kernel_driver import make_kernel_specs, start_kernel
 
     folder, log = tmp_path / "ws", tmp_path / "calls.log"
     (tmp_path / "specs").mkdir()

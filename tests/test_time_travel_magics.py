@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("IPython")
 
-from conftest import magics_workspace  # noqa: E402
+from conftest import magics_workspace, tea  # noqa: E402
 from IPython.core.error import UsageError  # noqa: E402
 
 import tea_notebook  # noqa: E402
@@ -38,10 +38,6 @@ def ws(ip, magics, tmp_path, monkeypatch):
         ip.user_ns.pop(name, None)
     ip.rl_next_input = None
     yield switched
-
-
-def tea(ip, line: str):
-    return ip.run_line_magic("tea", line)
 
 
 def four_steps(ip) -> RunResult:
@@ -231,17 +227,10 @@ def test_a_sub_agents_step_has_its_context_and_forks_its_parent(ip, ws):
 
 # -- ToolSelf and CORAL ------------------------------------------------------------------------------
 def test_a_toolself_run_forks_by_stage_from_the_magic(ip, ws):
-    from test_toolself import TASK, Script, config, finish, make, reconfigure, register_pool
+    from test_toolself import TASK, Script, config, finish, green_times_seven, make, reconfigure, register_pool
 
     register_pool(ws)
-    engine = [config("find green", ["lookup"]), config("multiply", ["mul"])]
-    agent = [
-        call("lookup", key="green"),
-        reconfigure("SUMMARY green is 6", "multiply"),
-        call("mul", a=6, b=7),
-        finish(),
-    ]
-    first = make(ws, Script(engine, agent)).run_sync(TASK)
+    first = make(ws, green_times_seven()).run_sync(TASK)
     assert first.success and len(first.trajectory.stages) == 2
     with pytest.raises(UsageError, match="ToolSelf run: it is forked at a stage"):
         tea(ip, f"fork {first.run_id} --step 1 --edit")

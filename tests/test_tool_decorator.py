@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from order_models import LineItem, Order
 from pydantic import BaseModel
 
 import tea_notebook
@@ -26,16 +27,6 @@ from tea_notebook.workspace import current_workspace
 @pytest.fixture
 def no_active_workspace():
     assert current_workspace(required=False) is None, "a workspace leaked as current from elsewhere"
-
-
-class LineItem(BaseModel):
-    sku: str
-    qty: int = 1
-
-
-class Order(BaseModel):
-    customer: str
-    items: list[LineItem]
 
 
 @dataclass

@@ -13,6 +13,7 @@ import sys
 from typing import Any
 
 import pytest
+from vowel_tool_script import COUNT_AEIOU, NEED, SPEC, TESTS, code_answer, tool_manager_script, vowel_module
 
 from tea_notebook.errors import EvolutionError, TeaError
 from tea_notebook.evolve.llm import stage_of
@@ -23,43 +24,16 @@ from tea_notebook.models.offline import ScriptedModel
 pytestmark = pytest.mark.usefixtures("warm_litellm")
 
 
-# -- the scripted material ---------------------------------------------------------------------------
-def module(body: str = 'return sum(1 for ch in text.lower() if ch in "aeiou")', *, top: str = "") -> str:
-    """A count_vowels module following the C.4 contract; ``body`` is the function's last line."""
-    return f'''import os
-{top}
-
-def count_vowels(text: str) -> int:
-    """Count the vowels in a text."""
-    if not isinstance(text, str):
-        raise ValueError("text must be a string")
-    {body}
-
-TOOL_CONFIG = {{"name": "count_vowels", "description": "Count vowels.", "function": count_vowels,
-               "input_schema": {{"type": "object", "properties": {{"text": {{"type": "string"}}}},
-                                "required": ["text"]}},
-               "returns": {{"type": "integer"}}}}
-'''
+# -- the scripted material (the module, tests, need and spec: vowel_tool_script) ----------------------
+def module(body: str = COUNT_AEIOU, *, top: str = "") -> str:
+    """A count_vowels module that imports os and runs ``top`` before the function."""
+    return vowel_module(body, header=f"import os\n{top}\n\n")
 
 
 GOOD = module()
 BAD = module('return sum(1 for ch in text.lower() if ch in "aei")')  # 'queue' -> 2, not 4
 WITH_Y = module('return sum(1 for ch in text.lower() if ch in "aeiouy")')  # a different behaviour, v2
 
-TESTS = """from tea_check import raises
-from count_vowels import count_vowels
-
-
-def test_counts():
-    assert count_vowels("banana") == 3
-    assert count_vowels("sky") == 0
-    assert count_vowels("AEIOU") == 5
-
-
-def test_rejects_non_text():
-    with raises(ValueError):
-        count_vowels(3)
-"""
 TESTS_WITH_Y = TESTS.replace('count_vowels("sky") == 0', 'count_vowels("sky") == 1')
 NO_ASSERT = """from count_vowels import count_vowels
 
@@ -82,28 +56,6 @@ def test_banana():
 """
 SECOND_EXAMPLE_ONLY = CONSTANT_PASSES.replace('count_vowels("banana") == 3', 'count_vowels("queue") == 4')
 
-NEED = {
-    "need_creation": True,
-    "required_capabilities": ["count_vowels"],
-    "matching_tools": [],
-    "missing_tools": [
-        {
-            "name": "count_vowels",
-            "description": "Does exactly this: counts vowels",
-            "reason": "Essential because: exact counting",
-            "example_input_output": 'Input: {"text": "banana"} -> Output: 3',
-        }
-    ],
-    "justification": "Counting must be exact.",
-}
-SPEC = {
-    "tool_name": "count_vowels",
-    "tool_description": "Count the vowels (a, e, i, o, u) in a text.",
-    "input_parameters": [{"name": "text", "type": "string", "description": "the text", "required": True}],
-    "output_format": {"type": "integer"},
-    "core_logic": ["Step 1: validate the text", "Step 2: count a, e, i, o, u case-insensitively"],
-    "examples": [{"input": {"text": "banana"}, "output": 3}, {"input": {"text": "queue"}, "output": 4}],
-}
 SPEC_WITH_Y = {
     **SPEC,
     "tool_description": "Count the vowels (a, e, i, o, u and y) in a text.",
@@ -113,7 +65,7 @@ TASK = "count the vowels in a word"
 
 
 def code(src: str, name: str = "count_vowels") -> str:
-    return json.dumps({"name": name, "description": "d", "input_schema": {}, "returns": {}, "module_code": src})
+    return json.dumps(code_answer(src, name))
 
 
 def reply_tests(src: str) -> str:
@@ -126,21 +78,7 @@ def fix(src: str) -> str:
 
 def scripted(**replies: Any) -> ScriptedModel:
     """A model answering each stage from its own list; the last answer of a stage repeats."""
-    queues = {stage: list(items) if isinstance(items, list) else [items] for stage, items in replies.items()}
-    defaults = {
-        "assess_tool_need": [json.dumps(NEED)],
-        "tool_spec": [json.dumps({"tool_creation_specs": [SPEC]})],
-        "tool_code": [code(GOOD)],
-        "tool_tests": [reply_tests(TESTS)],
-        "tool_fix": [fix(GOOD)],
-    }
-
-    def answer(messages: list[dict], _tools: Any) -> str:
-        stage = stage_of(messages)
-        queue = queues.setdefault(stage, defaults[stage])
-        return queue.pop(0) if len(queue) > 1 else queue[0]
-
-    return ScriptedModel(answer)
+    return tool_manager_script(GOOD, **replies)
 
 
 def prompts(model: ScriptedModel, stage: str) -> list[list[dict]]:

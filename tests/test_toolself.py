@@ -16,6 +16,7 @@ import re
 from typing import Any
 
 import pytest
+from conftest import magics_workspace
 
 import tea_notebook
 import tea_notebook._sync
@@ -147,6 +148,18 @@ def reconfigure(summary: str, goal: str, reason: str = "sub-goal done", content:
 def finish(result: str = "42", status: str = "complete"):
     summary = {"detailed_execution": ["looked up", "multiplied"], "tools_used": ["lookup", "mul"]}
     return call("finish", task_completion_status=status, final_result=result, execution_summary=summary)
+
+
+def green_times_seven() -> Script:
+    """Two stages: look green up (6), then, reconfigured, multiply it by 7."""
+    engine = [config("find green", ["lookup"]), config("multiply", ["mul"])]
+    agent = [
+        call("lookup", key="green"),
+        reconfigure("SUMMARY green is 6", "multiply"),
+        call("mul", a=6, b=7),
+        finish(),
+    ]
+    return Script(engine, agent)
 
 
 def make(ws, script: Script, name: str = "ts", **options: Any) -> ToolSelfAgent:
@@ -451,14 +464,7 @@ def test_a_toolself_run_forks_by_stage_and_refuses_a_step_clearly(ws, pool):
 
 
 def test_a_fork_from_a_stage_starts_it_as_recorded_or_edited(ws, pool):
-    engine = [config("find green", ["lookup"]), config("multiply", ["mul"])]
-    agent = [
-        call("lookup", key="green"),
-        reconfigure("SUMMARY green is 6", "multiply"),
-        call("mul", a=6, b=7),
-        finish(),
-    ]
-    script = Script(engine, agent)
+    script = green_times_seven()
     first = make(ws, script).run_sync(TASK)
     assert first.success and len(first.trajectory.stages) == 2
     runs = len(ws.db.runs(10_000, parent_id=None))
@@ -781,13 +787,8 @@ def test_export_keeps_existing_files_and_refuses_bad_input(ws, two_runs, tmp_pat
 @pytest.fixture
 def magic_ws(ip, tmp_path, monkeypatch):
     """A fresh workspace made current in the in-process IPython shell."""
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("TEA_MODEL", raising=False)
     path = tmp_path / "magic_ws"
-    tea_notebook.Workspace(path, embedder="hashing").close()
-    ip.run_line_magic("config", "TeaMagics.default_model = None")
-    ip.run_line_magic("config", f"TeaMagics.workspace_path = {str(path)!r}")
-    return ip.run_line_magic("tea", f"workspace {path}")
+    return magics_workspace(ip, tmp_path, monkeypatch, folder=path.name, workspace_path=str(path))
 
 
 def test_agent_magic_with_kind_toolself(ip, magic_ws):

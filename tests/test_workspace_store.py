@@ -6,7 +6,6 @@ Everything here uses real SQLite files and real child processes (``sys.executabl
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import random
@@ -19,6 +18,8 @@ import time
 from pathlib import Path
 
 import pytest
+from child_processes import run_released_together
+from workspace_on_disk import make_ws, sha256_file
 
 import tea_notebook
 from tea_notebook.errors import WorkspaceError
@@ -39,15 +40,6 @@ def run_py(code: str, *args: str, cwd: Path | None = None, timeout: float = 180)
     )
     assert proc.returncode == 0, f"child failed (rc={proc.returncode}):\n{proc.stderr}"
     return proc.stdout
-
-
-def sha256_file(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def make_ws(path: Path, **kw) -> tea_notebook.Workspace:
-    kw.setdefault("embedder", "hashing")
-    return tea_notebook.Workspace(path, **kw)
 
 
 CATALOG = [
@@ -346,23 +338,12 @@ ws.close()
 
 def _run_writers(path: Path, workers: int, n: int, search: bool = False) -> list[subprocess.CompletedProcess]:
     gate = path.parent / "go"
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", _WRITER, str(path), str(w), str(gate), str(n), "1" if search else "0"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            cwd=REPO,
-        )
+    argvs = [
+        [sys.executable, "-c", _WRITER, str(path), str(w), str(gate), str(n), "1" if search else "0"]
         for w in range(workers)
     ]
-    time.sleep(1.0)  # let every child import and open the workspace, then release them together
-    gate.touch()
-    done = []
-    for p in procs:
-        out, err = p.communicate(timeout=240)
-        done.append(subprocess.CompletedProcess(p.args, p.returncode, out, err))
-    return done
+    # let every child import and open the workspace, then release them together
+    return run_released_together(argvs, gate, settle=1.0, timeout=240, cwd=REPO)
 
 
 def _check_no_lost_versions(path: Path, workers: int, n: int) -> None:
@@ -434,23 +415,9 @@ def test_concurrent_processes_registering_and_searching(tmp_path):
         ws.tools.index()
         ws.close()
         gate = path.parent / "go"
-        procs = [
-            subprocess.Popen(
-                [sys.executable, "-c", _SEARCHER, str(path), str(w), str(gate), str(n)],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-                cwd=REPO,
-            )
-            for w in range(workers)
-        ]
-        time.sleep(1.5)
-        gate.touch()
-        errors = []
-        for p in procs:
-            _, err = p.communicate(timeout=240)
-            if p.returncode != 0:
-                errors.append(err.strip().splitlines()[-1])
+        argvs = [[sys.executable, "-c", _SEARCHER, str(path), str(w), str(gate), str(n)] for w in range(workers)]
+        done = run_released_together(argvs, gate, settle=1.5, timeout=240, cwd=REPO)
+        errors = [p.stderr.strip().splitlines()[-1] for p in done if p.returncode != 0]
         assert not errors, f"round {round_}: {errors}"
         ws = make_ws(path)
         for w in range(workers):

@@ -6,6 +6,18 @@
  * Pure functions, no DOM and no JupyterLab: unit-tested with node's test runner.
  */
 
+import {
+  FORK_UNITS,
+  ForkUnit,
+  MessageEvent,
+  RUN_STATUSES,
+  RunStatus,
+  StageEvent,
+  THREAD_STATUSES,
+  ThreadEvent,
+  ThreadStatus
+} from './events';
+
 export const MIME_TYPE = 'application/vnd.tea.trajectory+json';
 
 export interface IAction {
@@ -37,31 +49,20 @@ export interface IStep {
   note?: string;
 }
 
-export interface IStage {
-  index: number;
-  first_step: number;
-  sub_goal: string;
-  strategy: string;
-  toolbox: string[];
-  knowledge: string;
+/** A ToolSelf stage: its `stage` event's configuration (events.ts, generated from the Python definitions). */
+export interface IStage
+  extends Pick<StageEvent, 'index' | 'first_step' | 'sub_goal' | 'strategy' | 'toolbox' | 'knowledge'> {
   reason: string;
   note: string;
 }
 
-export interface IThread {
-  id: string;
-  name: string;
-  participants: string[];
-  status: string;
-  summary: string;
+/** A CORAL thread as its latest `thread` event left it. */
+export interface IThread extends Pick<ThreadEvent, 'id' | 'name' | 'participants' | 'summary'> {
+  status: ThreadStatus;
 }
 
-export interface IMessage {
-  seq: number;
-  thread: string;
-  sender: string;
-  mentions: string[];
-  content: string;
+/** A CORAL message: its `message` event. */
+export interface IMessage extends Pick<MessageEvent, 'seq' | 'thread' | 'sender' | 'mentions' | 'content'> {
   /** tool calls the sender made before this message: [child index, step number, action index] */
   work?: [number, number, number][];
 }
@@ -71,7 +72,8 @@ export interface ITrajectory {
   agent: string;
   task: string;
   model: string;
-  status: string;
+  /** the run's status ('unknown' when a payload names none this extension knows) */
+  status: RunStatus | 'unknown';
   answer: string;
   prompt_tokens: number;
   completion_tokens: number;
@@ -89,8 +91,8 @@ export interface ITrajectory {
   files?: string[];
   todo?: string;
   forked_from?: string | null;
-  /** what `ws.fork` replays of this run: 'steps' (Fork buttons on its steps), 'messages' (CORAL), '' (none) */
-  forkable?: string;
+  /** what `ws.fork` replays of this run: 'steps' (Fork buttons on its steps), 'messages' (CORAL), 'stages' (ToolSelf), '' (none) */
+  forkable?: ForkUnit | '';
   /** what this run's fork edited (forks.ts `parseEdit` reads it), or null */
   edit?: Record<string, unknown> | null;
   /** a line the live view says beside the header while it matters (litellm's first import) */
@@ -135,6 +137,9 @@ const str = (v: unknown): string =>
 const num = (v: unknown): number =>
   typeof v === 'number' && isFinite(v) ? v : 0;
 const strs = (v: unknown): string[] => (Array.isArray(v) ? v.map(str) : []);
+/** `v` when it is one of `values` (a kind the Python definitions declare, see events.ts), else `fallback`. */
+const member = <T extends string>(v: unknown, values: readonly T[], fallback: T): T =>
+  values.includes(v as T) ? (v as T) : fallback;
 
 const record = (v: unknown): Record<string, unknown> | null =>
   v !== null && typeof v === 'object' && !Array.isArray(v) ? (v as Record<string, unknown>) : null;
@@ -206,7 +211,7 @@ function parseTraj(v: unknown, where: string, depth: number): ITrajectory {
     agent: o.agent,
     task: str(o.task),
     model: str(o.model),
-    status: str(o.status) || 'unknown',
+    status: member<RunStatus | 'unknown'>(o.status, RUN_STATUSES, 'unknown'),
     answer: str(o.answer),
     prompt_tokens: num(o.prompt_tokens),
     completion_tokens: num(o.completion_tokens),
@@ -233,7 +238,7 @@ function parseTraj(v: unknown, where: string, depth: number): ITrajectory {
         id: str(to.id),
         name: str(to.name),
         participants: strs(to.participants),
-        status: str(to.status) || 'open',
+        status: member(to.status, THREAD_STATUSES, 'open'),
         summary: str(to.summary)
       };
     }),
@@ -261,7 +266,7 @@ function parseTraj(v: unknown, where: string, depth: number): ITrajectory {
     files: strs(o.files),
     todo: str(o.todo),
     forked_from: o.forked_from ? str(o.forked_from) : null,
-    forkable: str(o.forkable),
+    forkable: member<ForkUnit | ''>(o.forkable, FORK_UNITS, ''),
     edit: record(o.edit),
     note: str(o.note),
     partial: o.partial === true,

@@ -25,10 +25,11 @@ from typing import TYPE_CHECKING, Any
 from tea_notebook.protocol.context import Context, ToolContext
 from tea_notebook.protocol.records import ToolkitRecord
 from tea_notebook.protocol.tools import make_tool
+from tea_notebook.runtime.event_types import MessageEvent, ThreadEvent, ThreadStatus
 
 if TYPE_CHECKING:
+    from tea_notebook.runtime.host import RunHost
     from tea_notebook.runtime.runlog import RunLog
-    from tea_notebook.workspace import Workspace
 
 SYSTEM_SENDER = "coral"  # the framework's own notes (a worker that stopped); not an agent
 MAIN_THREAD = "main"
@@ -60,7 +61,7 @@ class Thread:
     id: str
     name: str
     participants: list[str]
-    status: str = "open"
+    status: ThreadStatus = "open"
     summary: str = ""
     created_by: str = ""
 
@@ -192,15 +193,15 @@ class A2ASession:
     def _thread_event(self, t: Thread) -> None:
         self.log.emit(
             "thread",
-            {
-                "id": t.id,
-                "name": t.name,
-                "participants": t.participants,
-                "status": t.status,
-                "summary": t.summary,
-                "by": t.created_by,
-                "orchestrator": self.orchestrator,
-            },
+            ThreadEvent(
+                id=t.id,
+                name=t.name,
+                participants=t.participants,
+                status=t.status,
+                summary=t.summary,
+                by=t.created_by,
+                orchestrator=self.orchestrator,
+            ),
         )
 
     # -- messages --------------------------------------------------------------------------------
@@ -259,14 +260,14 @@ class A2ASession:
         self.messages.append(msg)
         self.log.emit(
             "message",
-            {
-                "seq": msg.seq,
-                "thread": msg.thread,
-                "sender": msg.sender,
-                "mentions": msg.mentions,
-                "content": msg.content,
-                "replayed": replayed,
-            },
+            MessageEvent(
+                seq=msg.seq,
+                thread=msg.thread,
+                sender=msg.sender,
+                mentions=msg.mentions,
+                content=msg.content,
+                replayed=replayed,
+            ),
         )
         if sender in self.members:
             self.members[sender].unanswered = 0
@@ -290,7 +291,7 @@ class A2ASession:
                 t = self.threads[tid]
                 t.name = str(e.get("name") or t.name)
                 t.participants = [p for p in e.get("participants") or [] if p in self.members] or t.participants
-                t.status, t.summary = str(e.get("status") or "open"), str(e.get("summary") or "")
+                t.status, t.summary = ("closed" if e.get("status") == "closed" else "open"), str(e.get("summary") or "")
                 self._thread_event(t)
                 continue
             thread = str(e.get("thread") or MAIN_THREAD)
@@ -538,7 +539,7 @@ A2A_RULES = (
 )
 
 
-def ensure_toolkit(ws: "Workspace") -> None:
+def ensure_toolkit(ws: "RunHost") -> None:
     """Register the ``a2a`` toolkit and its tools in TCP (again only when the code changed)."""
     names = []
     for fn in TOOLS:

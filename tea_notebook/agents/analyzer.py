@@ -16,6 +16,7 @@ import base64
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tea_notebook.agents.kinds import agent_kind
 from tea_notebook.agents.workflow import Budget, WorkflowAgent, as_list, ask_json
 from tea_notebook.envs.documents import Conversion, DocumentConverter, DocumentError
 from tea_notebook.envs.safe_open import Beneath
@@ -23,8 +24,9 @@ from tea_notebook.errors import TeaError
 from tea_notebook.protocol.retrieval import KeywordIndex
 
 if TYPE_CHECKING:
+    from tea_notebook.runtime.event_types import FinishedStatus
+    from tea_notebook.runtime.host import RunHost
     from tea_notebook.runtime.runlog import Process
-    from tea_notebook.workspace import Workspace
 
 ENHANCE_PROMPT = """tea-stage: enhance
 You are the task-enhancement stage of a deep analyzer agent. From the task, the outline of the converted
@@ -50,6 +52,16 @@ DEFAULT_TASK = "Please write a detailed caption for the attached file or uri."
 IMAGE_KINDS = ("image",)
 
 
+@agent_kind(
+    "analyzer",
+    shortcuts=("analyzer", "deep_analyzer"),
+    default_name="deep_analyzer",
+    options=("max_steps",),
+    rename={"max_steps": "max_rounds"},
+    refused_as="the analyzer (a workflow agent)",
+    rebuild="config",
+    fork=None,
+)
 class DeepAnalyzer(WorkflowAgent):
     """The deep analyzer agent (``ws.analyzer(...)``; ``%%agent analyzer``).
 
@@ -70,7 +82,7 @@ class DeepAnalyzer(WorkflowAgent):
 
     def __init__(
         self,
-        workspace: "Workspace",
+        workspace: "RunHost",
         name: str = "deep_analyzer",
         *,
         max_rounds: int = 3,
@@ -117,7 +129,7 @@ class DeepAnalyzer(WorkflowAgent):
     def _max_steps(self) -> int:
         return self.max_rounds + 1
 
-    async def _work(self, proc: "Process", task: str, files: list[str]) -> tuple[str, str, list[str]]:
+    async def _work(self, proc: "Process", task: str, files: list[str]) -> tuple[FinishedStatus, str, list[str]]:
         return await _Analysis(self, proc, task, files).run()
 
 
@@ -177,7 +189,7 @@ class _Analysis:
         )
 
     # -- the loop -----------------------------------------------------------------------------------
-    async def run(self) -> tuple[str, str, list[str]]:
+    async def run(self) -> tuple[FinishedStatus, str, list[str]]:
         await self._mdify()
         if not self.documents:
             text = "No file could be read: " + ("; ".join(self.problems) if self.problems else "no files were given.")
@@ -333,7 +345,7 @@ class _Analysis:
         user = f"<task>\n{task}\n</task>\n\n<findings>\n{self._findings_text() or '(no findings)'}\n</findings>"
         return await ask_json(self.proc, REDUCE_PROMPT, user, "reduce", required=("answer",))
 
-    def _answer(self) -> tuple[str, str, list[str]]:
+    def _answer(self) -> tuple[FinishedStatus, str, list[str]]:
         answer = str(self.reduced.get("answer") or "").strip()
         summary = str(self.reduced.get("summary") or "").strip()
         refs = list(dict.fromkeys(f["ref"] for f in self.findings))
@@ -344,7 +356,8 @@ class _Analysis:
             text += "\n\n**References:** " + "; ".join(refs[:40])
         if self.problems:
             text += "\n\n**Could not read:** " + "; ".join(self.problems)
-        status = "success" if answer and self.findings and self.reduced.get("complete") is not False else "failed"
+        complete = bool(answer and self.findings) and self.reduced.get("complete") is not False
+        status: FinishedStatus = "success" if complete else "failed"
         return status, text, []
 
 

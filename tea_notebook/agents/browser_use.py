@@ -15,11 +15,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from tea_notebook.agents.kinds import agent_kind
 from tea_notebook.runtime.prompts import SYSTEM_PROMPT
 
 if TYPE_CHECKING:
     from tea_notebook.runtime.agent import Agent
-    from tea_notebook.workspace import Workspace
+    from tea_notebook.runtime.host import RunHost
 
 BROWSER_RULES = """
 <browser_rules>
@@ -38,7 +39,8 @@ submit forms, click buttons and links, scroll to load more, use tabs, and read p
 """
 
 
-def make_browser_agent(workspace: "Workspace", name: str = "browser_use", **options: Any) -> "Agent":
+@agent_kind("browser_use", shortcuts=("browser_use", "browser"))
+def make_browser_agent(workspace: "RunHost", name: str = "browser_use", **options: Any) -> "Agent":
     """The browser-use agent: an :class:`~tea_notebook.runtime.agent.Agent` with the browser bound."""
     from tea_notebook.runtime.agent import Agent
 

@@ -27,16 +27,18 @@ from tea_notebook.agents.a2a import (
     A2ASession,
     ensure_toolkit,
 )
+from tea_notebook.agents.kinds import agent_kind
 from tea_notebook.errors import TeaError
 from tea_notebook.models.client import ModelClient, resolve_model
 from tea_notebook.protocol.context import Context
 from tea_notebook.protocol.records import AgentRecord
-from tea_notebook.runtime.agent import Agent, RunResult, _Run, sub_agent_answer
-from tea_notebook.runtime.jobs import Runnable
+from tea_notebook.runtime.agent import Agent, AgentRun, RunResult, sub_agent_answer
+from tea_notebook.runtime.event_types import FinishedStatus
+from tea_notebook.runtime.jobs import Runnable, checked_result
 from tea_notebook.runtime.runlog import RunLog
 
 if TYPE_CHECKING:
-    from tea_notebook.workspace import Workspace
+    from tea_notebook.runtime.host import RunHost
 
 ORCHESTRATOR = "information_flow_orchestrator"
 PLANNER = "planner_agent"
@@ -111,10 +113,11 @@ DEFAULT_WORKERS: dict[str, dict[str, Any]] = {
         "description": "Reasons step by step and writes and runs Python code (sandboxed).",
     },
 }
-_SPECIALISTS = {"deep_researcher": "researcher", "browser_use": "browser_use", "deep_analyzer": "analyzer"}
+#: the specialists the default workers wrap, each made by its kind's shortcut when not registered
+_SPECIALISTS = ("deep_researcher", "browser_use", "deep_analyzer")
 
 
-def _worker_spec(name: str, value: Any, ws: "Workspace") -> dict[str, Any]:
+def _worker_spec(name: str, value: Any, ws: "RunHost") -> dict[str, Any]:
     """A worker's settings from what the user gave: a registered agent's name, or a dict with
     ``agents`` (registered agents it wraps), ``tools``, ``envs``, ``description``, ``capability``."""
     if isinstance(value, str):
@@ -142,6 +145,13 @@ def _worker_spec(name: str, value: Any, ws: "Workspace") -> dict[str, Any]:
     return spec
 
 
+@agent_kind(
+    "coral",
+    shortcuts=("coral",),
+    options=("max_steps",),
+    refused_as="a CORAL team (set its workers instead)",
+    fork="messages",
+)
 class CoralTeam(Runnable):
     """A CORAL team registered in ACP (kind ``coral``): the orchestrator, the planner (``planner=False``
     leaves it out) and ``workers``. ``model`` is every agent's model unless ``models`` names one for a
@@ -158,7 +168,7 @@ class CoralTeam(Runnable):
 
     def __init__(
         self,
-        workspace: "Workspace",
+        workspace: "RunHost",
         name: str = "coral",
         *,
         workers: dict[str, Any] | list[str] | None = None,
@@ -183,11 +193,13 @@ class CoralTeam(Runnable):
         self.description = description
         self.client = client or ModelClient()
         if workers is None:
-            for agent, kind in _SPECIALISTS.items():
+            for agent in _SPECIALISTS:
                 if agent not in workspace.agents:
-                    from tea_notebook.agents.kinds import make
+                    from tea_notebook.agents.kinds import make, shortcut
 
-                    make(workspace, kind, agent, model=model)
+                    by_name = shortcut(agent)
+                    assert by_name is not None, agent  # the built-in kinds' shortcuts
+                    make(workspace, by_name.name, agent, model=model)
             workers = {k: dict(v) for k, v in DEFAULT_WORKERS.items()}
         elif isinstance(workers, (list, tuple)):
             workers = {w: w for w in workers}
@@ -199,7 +211,7 @@ class CoralTeam(Runnable):
         if missing:
             raise TeaError(f"workers wrap agents that are not registered in ACP: {', '.join(missing)}")
         if register:
-            workspace._live_agents[name] = self
+            workspace.live_agents.put(name, self)
             record = AgentRecord(
                 name=name,
                 description=description,
@@ -224,9 +236,9 @@ class CoralTeam(Runnable):
         }
 
     @classmethod
-    def from_record(cls, workspace: "Workspace", name: str, **overrides: Any) -> "CoralTeam":
+    def from_record(cls, workspace: "RunHost", name: str, **overrides: Any) -> "CoralTeam":
         """The team registered as ``name``: the live object, or rebuilt from its ACP card."""
-        live = workspace._live_agents.get(name)
+        live = workspace.live_agents.get(name)
         if live is not None and not overrides:
             return live
         rec = workspace.agents.get(name)
@@ -322,6 +334,7 @@ class CoralTeam(Runnable):
         model: str | None = None,
         context: Context | None = None,
         grants: list[str] | tuple[str, ...] = (),
+        raise_on_error: bool = True,
         _replay: list[dict[str, Any]] | None = None,  # thread and message events of a forked run
         _fork: tuple[str, int] | None = None,
         _edit: dict[str, Any] | None = None,  # what a fork changed (the last replayed message)
@@ -373,7 +386,7 @@ class CoralTeam(Runnable):
         status, answer, error = outcome
         log.close(status, answer, error, len(session.messages))
         await log.release_sessions()
-        return RunResult(
+        result = RunResult(
             log.run_id,
             self.name,
             task,
@@ -388,6 +401,7 @@ class CoralTeam(Runnable):
             error,
             ws,
         )
+        return checked_result(result, raise_on_error)
 
     async def _runner(self, task: str, files: list[str] | None = None, context: Context | None = None) -> str:
         """ACP runner: the team's run nested under the caller's; its answer, or an error."""
@@ -416,7 +430,7 @@ class CoralTeam(Runnable):
 
     async def _supervise(
         self, session: A2ASession, tasks: dict[str, "asyncio.Future[RunResult | None]"]
-    ) -> tuple[str, str, str | None]:
+    ) -> tuple[FinishedStatus, str, str | None]:
         """Wait for the orchestrator (closing the conversation at the hard time limit), then let
         the others stop; returns the team's ``(status, answer, error)``."""
         grace = min(120.0, max(5.0, 0.1 * self.budget_seconds))
@@ -454,7 +468,7 @@ class CoralMember(Agent):
     """One agent of a CORAL team for one run: a tool-calling agent with the A2A tools, its own tools
     and the agents it wraps; not registered in ACP (the team is)."""
 
-    def __init__(self, workspace: "Workspace", name: str, session: A2ASession, *, rules: str, **options: Any):
+    def __init__(self, workspace: "RunHost", name: str, session: A2ASession, *, rules: str, **options: Any):
         self.session = session
         frame = MEMBER_FRAME.format(rules=rules.replace("{", "{{").replace("}", "}}"))
         super().__init__(workspace, name, system_prompt=frame, register=False, kind="coral_member", **options)
@@ -463,7 +477,7 @@ class CoralMember(Agent):
         return _MemberRun(self, *args)
 
 
-class _MemberRun(_Run):
+class _MemberRun(AgentRun):
     """A member's loop: no 'done' — it ends when the conversation does; ℋ is in its environment state."""
 
     agent: CoralMember
@@ -477,7 +491,7 @@ class _MemberRun(_Run):
     def _controls(self) -> dict[str, dict[str, Any]]:
         return {}
 
-    async def _before_step(self, step: int) -> tuple[str, str] | None:
+    async def _before_step(self, step: int) -> "tuple[FinishedStatus, str] | None":
         session, me = self.session, self.agent.name
         if not session.closed:
             return None

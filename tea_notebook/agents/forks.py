@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from tea_notebook.runtime.agent import Agent
 from tea_notebook.runtime.forking import (
     Edit,
     ForkError,
@@ -18,17 +19,16 @@ from tea_notebook.runtime.forking import (
     plan_fork,
     plan_resume,
     stored_steps,
-    thoughts_of,
 )
 
 if TYPE_CHECKING:
     from tea_notebook.protocol.context import Context
-    from tea_notebook.runtime.agent import RunResult
     from tea_notebook.runtime.events import Event
-    from tea_notebook.workspace import Workspace
+    from tea_notebook.runtime.host import RunHost
+    from tea_notebook.runtime.records import RunResult
 
 
-def _row(ws: "Workspace", run_id: str) -> dict[str, Any]:
+def _row(ws: "RunHost", run_id: str) -> dict[str, Any]:
     row = ws.db.run_row(run_id)
     if row is None:
         raise ForkError(f"no run {run_id!r} in {ws.path}")
@@ -43,10 +43,10 @@ def _tool_name(agent: str) -> str:
     return agent if agent.endswith("agent") else f"{agent}_agent"
 
 
-def action_checker(ws: "Workspace", runner: Any) -> Any:
+def action_checker(ws: "RunHost", runner: Any) -> Any:
     """``check(name, arguments)``: what is wrong with an edited action for ``runner`` (an agent), or None."""
     from tea_notebook.protocol.schema import arguments_problem
-    from tea_notebook.runtime.agent import TODO_SCHEMA
+    from tea_notebook.runtime.loop import TODO_SCHEMA
     from tea_notebook.runtime.prompts import DONE_SCHEMA
 
     controls = {"done": DONE_SCHEMA}
@@ -69,7 +69,7 @@ def action_checker(ws: "Workspace", runner: Any) -> Any:
 
 
 async def fork_run(
-    ws: "Workspace",
+    ws: "RunHost",
     run_id: str,
     step: int | None = None,
     *,
@@ -129,7 +129,7 @@ async def fork_run(
     }
     if unit == "messages":
         return await _fork_messages(runner, row, events, step, change, task, options)
-    if not hasattr(runner, "_new_run"):
+    if not isinstance(runner, Agent):
         raise ForkError(f"run {row['id']} cannot be forked: its agent {row['agent']!r} is no agent loop now")
     plan = plan_fork(events, row["id"], step, change, rerun_from=rerun_from, check_action=action_checker(ws, runner))
     started = _started(events)
@@ -180,7 +180,7 @@ async def _fork_messages(
     return await runner.run(task or row["task"], _replay=history, _edit=record, **options)
 
 
-def _dispatch(ws: "Workspace", child: dict, parent_events: list["Event"]) -> tuple[int, str]:
+def _dispatch(ws: "RunHost", child: dict, parent_events: list["Event"]) -> tuple[int, str]:
     """The step of the parent run that started the sub-run ``child``, and the id of that call."""
     name = _tool_name(child["agent"])
     calls = [e for e in parent_events if e.type == "tool_call" and e.data.get("name") in (name, child["agent"])]
@@ -190,6 +190,8 @@ def _dispatch(ws: "Workspace", child: dict, parent_events: list["Event"]) -> tup
             f"run {child['id']} is nested under run {child['parent_id']}, but no call of {name} there started it"
         )
     step = before[-1].step
+    if step is None:
+        raise ForkError(f"the call of {name} that started run {child['id']} has no step in run {child['parent_id']}")
     in_step = [e for e in calls if e.step == step]
     siblings = [
         r["id"]
@@ -197,11 +199,11 @@ def _dispatch(ws: "Workspace", child: dict, parent_events: list["Event"]) -> tup
         if r["agent"] == child["agent"] and r["started"] >= in_step[0].time - 1e-6
     ]
     index = siblings.index(child["id"]) if child["id"] in siblings else len(in_step) - 1
-    return int(step), in_step[min(index, len(in_step) - 1)].data["id"]
+    return step, in_step[min(index, len(in_step) - 1)].data["id"]
 
 
 async def _fork_nested(
-    ws: "Workspace",
+    ws: "RunHost",
     row: dict,
     events: list["Event"],
     step: int,
@@ -240,7 +242,7 @@ async def _fork_nested(
         others = {c.id: stored.results[c.id] for c in stored.calls if c.id != call_id and c.id in stored.results}
         parent_plan.overrides[at] = StepOverride(
             calls=list(stored.calls),
-            thoughts=thoughts_of(stored.record),
+            thoughts=stored.record.thoughts(),
             stored=others,
             verbatim={c.id for c in stored.calls},
             subforks={child["agent"]: [child_plan]},
@@ -256,7 +258,7 @@ async def _fork_nested(
         }
         child, child_plan = parent, parent_plan
     root_runner = build(ws, child["agent"])
-    if not hasattr(root_runner, "_new_run"):
+    if not isinstance(root_runner, Agent):
         raise ForkError(f"run {child['id']} ({child['agent']}) is no agent loop: its sub-runs cannot be forked")
     options: dict[str, Any] = {
         "model": child_plan.model,
@@ -270,7 +272,7 @@ async def _fork_nested(
 
 
 async def _fork_stage(
-    ws: "Workspace",
+    ws: "RunHost",
     row: dict,
     events: list["Event"],
     stage: int,
@@ -335,7 +337,7 @@ async def _fork_stage(
 
 
 async def resume_run(
-    ws: "Workspace", run_id: str, *, context: "Context | None" = None, raise_on_error: bool = True
+    ws: "RunHost", run_id: str, *, context: "Context | None" = None, raise_on_error: bool = True
 ) -> "RunResult":
     """See :meth:`tea_notebook.workspace.Workspace.resume`."""
     from tea_notebook.agents.kinds import build
@@ -353,7 +355,7 @@ async def resume_run(
     if fork_unit(events) != "steps":
         raise ForkError(f"run {row['id']} ({row['agent']}) is not an agent loop's run: it cannot be resumed")
     runner = build(ws, row["agent"])
-    if not hasattr(runner, "_new_run"):
+    if not isinstance(runner, Agent):
         raise ForkError(f"run {row['id']} cannot be resumed: its agent {row['agent']!r} is no agent loop now")
     plan = plan_resume(events, row["id"])
     started = _started(events)

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from tea_notebook.agents.kinds import agent_kind
 from tea_notebook.agents.planner import PLANNER_RULES
 from tea_notebook.runtime.prompts import SYSTEM_PROMPT
 
 if TYPE_CHECKING:
     from tea_notebook.runtime.agent import Agent
-    from tea_notebook.workspace import Workspace
+    from tea_notebook.runtime.host import RunHost
 
 ROUTING_RULES = """
 <team_rules>
@@ -32,8 +33,9 @@ results before 'done'.
 ROLES = ("planner", "researcher", "browser", "analyzer", "tool_manager")
 
 
+@agent_kind("orchestra", shortcuts=("orchestra",))
 def make_orchestra(
-    workspace: "Workspace",
+    workspace: "RunHost",
     model: str | None = None,
     *,
     name: str = "orchestra",

@@ -9,7 +9,7 @@ from tea_notebook.runtime.prompts import SYSTEM_PROMPT
 
 if TYPE_CHECKING:
     from tea_notebook.runtime.agent import Agent
-    from tea_notebook.workspace import Workspace
+    from tea_notebook.runtime.host import RunHost
 
 PLANNER_RULES = """
 <planning_rules>
@@ -23,7 +23,7 @@ and adapt the plan when results, errors or requirements change.
 """
 
 
-def make_planner(workspace: "Workspace", sub_agents: list[str], *, name: str = "planner", **options: Any) -> "Agent":
+def make_planner(workspace: "RunHost", sub_agents: list[str], *, name: str = "planner", **options: Any) -> "Agent":
     """A planning agent over ``sub_agents`` (names registered in ``workspace.agents``)."""
     from tea_notebook.runtime.agent import Agent
 

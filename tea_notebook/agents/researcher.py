@@ -16,13 +16,15 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from tea_notebook.agents.kinds import agent_kind
 from tea_notebook.agents.workflow import Budget, WorkflowAgent, as_list, ask_json
 from tea_notebook.envs.pages import PageError, PageReader, relevant_chunks
 from tea_notebook.envs.search import Hit, Page, engine_spec, make_engine, search_with_failover
+from tea_notebook.runtime.event_types import ErrorEvent, FinishedStatus
 
 if TYPE_CHECKING:
+    from tea_notebook.runtime.host import RunHost
     from tea_notebook.runtime.runlog import Process
-    from tea_notebook.workspace import Workspace
 
 STAGE = "tea-stage: {}"  # the first line of every system prompt: scripted models dispatch on it
 
@@ -89,6 +91,17 @@ class Evidence:
         return f"[{self.source}] {self.fact}{quote}"
 
 
+@agent_kind(
+    "researcher",
+    shortcuts=("researcher", "deep_researcher"),
+    default_name="deep_researcher",
+    options=("max_steps",),
+    rename={"max_steps": "max_rounds"},
+    refused_as="the researcher (a workflow agent)",
+    rebuild="config",
+    keep_live=("engines",),  # a user's engine object may not rebuild from its spec string
+    fork=None,
+)
 class DeepResearcher(WorkflowAgent):
     """The deep researcher agent (``ws.researcher(...)``; ``%%agent researcher``).
 
@@ -108,7 +121,7 @@ class DeepResearcher(WorkflowAgent):
 
     def __init__(
         self,
-        workspace: "Workspace",
+        workspace: "RunHost",
         name: str = "deep_researcher",
         *,
         engines: list[Any] | tuple[Any, ...] = ("web",),
@@ -157,7 +170,7 @@ class DeepResearcher(WorkflowAgent):
     def _max_steps(self) -> int:
         return self.max_rounds + 1
 
-    async def _work(self, proc: "Process", task: str, files: list[str]) -> tuple[str, str, list[str]]:
+    async def _work(self, proc: "Process", task: str, files: list[str]) -> tuple[FinishedStatus, str, list[str]]:
         return await _Research(self, proc, task).run()
 
 
@@ -186,7 +199,7 @@ class _Research:
         return "\n".join(f"[{s.number}] {s.title} — {s.url}" for s in self.sources) or "(none)"
 
     # -- the loop ---------------------------------------------------------------------------------
-    async def run(self) -> tuple[str, str, list[str]]:
+    async def run(self) -> tuple[FinishedStatus, str, list[str]]:
         agent = self.agent
         for round_no in range(1, agent.max_rounds + 1):
             reason = self.budget.over()
@@ -366,13 +379,13 @@ class _Research:
             if number not in allowed:
                 self.proc.emit(
                     "error",
-                    {
-                        "kind": "citation",
-                        "message": (
+                    ErrorEvent(
+                        kind="citation",
+                        message=(
                             f"evidence cites source {item.get('source')!r}, which is not a page read in this "
                             "round: dropped"
                         ),
-                    },
+                    ),
                 )
                 continue
             try:
@@ -391,7 +404,7 @@ class _Research:
         return await ask_json(self.proc, CHECK_PROMPT, user, "check", required=("answered",))
 
     # -- the report -------------------------------------------------------------------------------
-    async def _report(self) -> tuple[str, str, list[str]]:
+    async def _report(self) -> tuple[FinishedStatus, str, list[str]]:
         if not self.evidence:
             text = (
                 f"No evidence was found for the task ({self.stop_reason}). "
@@ -419,7 +432,7 @@ class _Research:
             thinking=f"Research ended: {self.stop_reason}.",
         )
         answered = self.check.get("answered") is True or bool(answer)
-        status = "success" if answered and cited else "failed"
+        status: FinishedStatus = "success" if answered and cited else "failed"
         return status, report, []
 
     def verify(self, text: str) -> tuple[str, set[int], list[str]]:
@@ -457,7 +470,7 @@ class _Research:
                 f"The report links {len(unread)} page(s) never read in this run: {', '.join(unread)} (marked)."
             )
         if problems:
-            self.proc.emit("error", {"kind": "citation", "message": " ".join(problems)})
+            self.proc.emit("error", ErrorEvent(kind="citation", message=" ".join(problems)))
         return text, cited, problems
 
 

@@ -16,18 +16,21 @@ so views, plots and :func:`tea_notebook.agents.training_data.export_training_dat
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
+from tea_notebook.agents.kinds import agent_kind
 from tea_notebook.agents.workflow import Checked, ask_checked
 from tea_notebook.models.client import ModelReply, ToolCall
 from tea_notebook.protocol.reserved import TOOLSELF_ACTIONS
 from tea_notebook.protocol.schema import arguments_problem
-from tea_notebook.runtime.agent import Agent, Outcome, _Run, routable
+from tea_notebook.runtime.agent import Agent, AgentRun, Outcome, routable
+from tea_notebook.runtime.event_types import MemoryWrittenEvent, StageEvent
 from tea_notebook.runtime.prompts import JSON_OUTPUT, NATIVE_OUTPUT, StepRecord, tool_line
 from tea_notebook.runtime.runlog import RunInterrupted
 
 if TYPE_CHECKING:
-    from tea_notebook.workspace import Workspace
+    from tea_notebook.runtime.event_types import FinishedStatus
+    from tea_notebook.runtime.host import RunHost
 
 RECONFIGURE_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -275,6 +278,7 @@ def inference_messages(
     return [{"role": "system", "content": system}, {"role": "user", "content": "\n".join(parts)}]
 
 
+@agent_kind("toolself", shortcuts=("toolself",), fork="stages")
 class ToolSelfAgent(Agent):
     """A ToolSelf agent: ``tools`` (plus the tools of ``envs`` and ``sub_agents``) is the global tool
     pool T_all; each stage sees the toolbox μ picked from it, plus ``reconfigure`` and ``finish``.
@@ -288,7 +292,7 @@ class ToolSelfAgent(Agent):
 
     def __init__(
         self,
-        workspace: "Workspace",
+        workspace: "RunHost",
         name: str = "toolself",
         *,
         description: str = "A ToolSelf agent: runs in stages and reconfigures its own sub-goal, strategy, toolbox "
@@ -337,7 +341,7 @@ class ToolSelfAgent(Agent):
         return _StageRun(self, *args)
 
 
-class _StageRun(_Run):
+class _StageRun(AgentRun):
     """One ToolSelf run: the agent loop with stage-local history and the two management tools."""
 
     agent: ToolSelfAgent
@@ -441,7 +445,8 @@ class _StageRun(_Run):
         self.steps, self.summaries = [], []
         self.stage_steps = 0
         index = self.reconfigurations + 1
-        self.emit("stage", {"index": index, "first_step": first_step, **stage, **why})
+        # the configuration comes from the engine's JSON or a fork's record: a plain dict
+        self.emit("stage", cast(StageEvent, {"index": index, "first_step": first_step, **stage, **why}))
 
     def _engine_record(self, checked: Checked, history: str, requirement: str) -> dict[str, Any]:
         return {
@@ -490,7 +495,7 @@ class _StageRun(_Run):
             environments=envs,
         )
 
-    async def _before_step(self, step: int) -> tuple[str, str] | None:
+    async def _before_step(self, step: int) -> "tuple[FinishedStatus, str] | None":
         if self.stage is None and self.plan.stage is not None:  # a fork: the stage starts as recorded (or edited)
             fork = self.plan.stage
             self.history = [(str(g), str(s)) for g, s in fork["pool"]]
@@ -577,7 +582,7 @@ class _StageRun(_Run):
             return Outcome("invalid", f"{call.name}: {problem}")
         args = call.arguments
         if call.name == "finish":
-            status = "success" if args["task_completion_status"] == "complete" else "failed"
+            status: FinishedStatus = "success" if args["task_completion_status"] == "complete" else "failed"
             return Outcome("end", f"finished ({args['task_completion_status']})", status, args["final_result"])
         if self.reconfigurations >= self.agent.max_stages:
             answer = f"Stopped: the run asked for more than {self.agent.max_stages} reconfigurations (the limit)."
@@ -613,7 +618,7 @@ class _StageRun(_Run):
             self.steps = self.steps[len(dropped) :]
             folded = [s.number for s in dropped]
             note = f"context cleanup: the stage's history passed 80% of {self.agent.context_window:,} tokens"
-            self.emit("memory_written", {"summary": note, "insights": [], "folded_steps": folded}, step)
+            self.emit("memory_written", MemoryWrittenEvent(summary=note, insights=[], folded_steps=folded), step)
 
 
 def stage_of(stages: list[dict[str, Any]], step: int) -> int:

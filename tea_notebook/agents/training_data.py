@@ -37,8 +37,8 @@ from tea_notebook.errors import EnvironmentFailure, TeaError
 from tea_notebook.runtime.prompts import tool_line
 
 if TYPE_CHECKING:
+    from tea_notebook.runtime.host import RunHost
     from tea_notebook.runtime.trajectory import StepView, Trajectory
-    from tea_notebook.workspace import Workspace
 
 FORMATS = ("rft", "kto")
 
@@ -116,7 +116,7 @@ def _run_ids(runs: Any) -> list[str]:
     return ids
 
 
-def _tool_defs(ws: "Workspace", toolbox: list[str]) -> list[dict[str, Any]]:
+def _tool_defs(ws: "RunHost", toolbox: list[str]) -> list[dict[str, Any]]:
     defs = []
     for name in toolbox:
         record = ws.tools.current(name)
@@ -128,7 +128,7 @@ def _tool_defs(ws: "Workspace", toolbox: list[str]) -> list[dict[str, Any]]:
     return defs + [RECONFIGURE_TOOL, FINISH_TOOL]
 
 
-def _cycle(ws: "Workspace", step: "StepView") -> list[dict[str, str]]:
+def _cycle(ws: "RunHost", step: "StepView") -> list[dict[str, str]]:
     """One step as the paper's ReAct turns: the assistant's thought and tool call, the tool response."""
     full = ws.events.full_text
     turns = []
@@ -148,7 +148,7 @@ def _cycle(ws: "Workspace", step: "StepView") -> list[dict[str, str]]:
     return turns
 
 
-def _samples(ws: "Workspace", traj: "Trajectory") -> list[dict[str, Any]]:
+def _samples(ws: "RunHost", traj: "Trajectory") -> list[dict[str, Any]]:
     """``{"role", "stage", "prompt", "turns"}`` per stage segment and per accepted configuration."""
     full = ws.events.full_text
     started = next((e for e in traj.events if e.type == "run_started"), None)
@@ -203,7 +203,7 @@ def _record(sample: dict[str, Any], run_id: str, label: bool, format: str) -> di
 
 
 def export_training_data(
-    ws: "Workspace",
+    ws: "RunHost",
     runs: Any,
     path: str | Path,
     *,
@@ -216,6 +216,8 @@ def export_training_data(
     runs or still running are skipped and listed in the report. An existing file is kept unless
     ``overwrite``; the file appears whole or not at all."""
     from jsonschema import Draft202012Validator
+
+    from tea_notebook.runtime.trajectory import Trajectory
 
     if format not in FORMATS:
         raise TeaError(f"unknown training-data format {format!r}; formats: {', '.join(FORMATS)}")
@@ -234,7 +236,7 @@ def export_training_data(
     report = ExportReport(target, format)
     lines = []
     for run_id in _run_ids(runs):
-        traj = ws.trajectory(run_id)
+        traj = Trajectory.load(ws, run_id)
         if traj.status == "running":
             report.skipped.append((traj.run_id, "still running"))
             continue
@@ -277,7 +279,7 @@ def export_training_data(
     return report
 
 
-def _sandbox_writable(ws: "Workspace", target: Path) -> tuple[Path, str] | None:
+def _sandbox_writable(ws: "RunHost", target: Path) -> tuple[Path, str] | None:
     """``(folder, path inside it)`` when ``target`` lies in a folder of the workspace that sandboxed
     code can write in (a run folder, a session folder), else None."""
     absolute = Path(os.path.abspath(target))

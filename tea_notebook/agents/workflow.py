@@ -13,12 +13,13 @@ from tea_notebook.errors import TeaError
 from tea_notebook.models.client import ModelClient, ModelError, resolve_model
 from tea_notebook.protocol.context import Context
 from tea_notebook.protocol.records import AgentRecord
-from tea_notebook.runtime.agent import RunResult, _parse_json_object, sub_agent_answer
-from tea_notebook.runtime.jobs import Runnable
+from tea_notebook.runtime.agent import RunResult, parse_json_object, sub_agent_answer
+from tea_notebook.runtime.event_types import ErrorEvent, FinishedStatus
+from tea_notebook.runtime.jobs import Runnable, checked_result
 from tea_notebook.runtime.runlog import Process, RunInterrupted
 
 if TYPE_CHECKING:
-    from tea_notebook.workspace import Workspace
+    from tea_notebook.runtime.host import RunHost
 
 
 class Budget:
@@ -52,7 +53,7 @@ class WorkflowAgent(Runnable):
 
     def __init__(
         self,
-        workspace: "Workspace",
+        workspace: "RunHost",
         name: str,
         *,
         model: str | None = None,
@@ -73,7 +74,7 @@ class WorkflowAgent(Runnable):
         """Register the card (call at the end of a subclass's ``__init__``)."""
         if not self._register:
             return
-        self.workspace._live_agents[self.name] = self
+        self.workspace.live_agents.put(self.name, self)
         record = AgentRecord(
             name=self.name,
             description=self.description,
@@ -105,6 +106,7 @@ class WorkflowAgent(Runnable):
         model: str | None = None,
         context: Context | None = None,
         grants: list[str] | tuple[str, ...] = (),
+        raise_on_error: bool = True,
     ) -> RunResult:
         """Run the workflow on ``task``: its :class:`RunResult` (see ``status``); a run that ends in ``error``
         raises :class:`~tea_notebook.errors.RunFailed` unless ``raise_on_error=False``."""
@@ -118,16 +120,16 @@ class WorkflowAgent(Runnable):
                 outcome["files"] = out_files
                 proc.finish(status, answer, None if status in ("success", "failed") else answer)
             except ModelError as exc:
-                proc.emit("error", {"kind": "model", "message": str(exc)})
+                proc.emit("error", ErrorEvent(kind="model", message=str(exc)))
                 proc.finish("error", "", str(exc))
             except RunInterrupted:
                 proc.finish("interrupted", "", "stopped by the user")
             except TeaError as exc:  # a scripted model's end, a refused action: the run's error, as in the loop
-                proc.emit("error", {"kind": type(exc).__name__, "message": str(exc)})
+                proc.emit("error", ErrorEvent(kind=type(exc).__name__, message=str(exc)))
                 proc.finish("error", "", str(exc))
         status, answer, error = proc._result or ("error", "", "no result")
         await proc.release_sessions()
-        return RunResult(
+        result = RunResult(
             proc.run_id,
             self.name,
             task,
@@ -142,12 +144,13 @@ class WorkflowAgent(Runnable):
             error,
             self.workspace,
         )
+        return checked_result(result, raise_on_error)
 
     async def _runner(self, task: str, files: list[str] | None = None, context: Context | None = None) -> str:
         """ACP runner: a nested run under the caller's; its answer, or an error."""
         return sub_agent_answer(self.name, await self.run(task, files, context=context, raise_on_error=False))
 
-    async def _work(self, proc: Process, task: str, files: list[str]) -> tuple[str, str, list[str]]:
+    async def _work(self, proc: Process, task: str, files: list[str]) -> tuple[FinishedStatus, str, list[str]]:
         """The workflow: ``(status, answer, files to show)``."""
         raise NotImplementedError
 
@@ -198,7 +201,7 @@ async def ask_checked(
         reply = await proc.complete(messages, stage)
         text = reply.content or ""
         try:
-            data = _parse_json_object(text)
+            data = parse_json_object(text)
             missing = [k for k in required if k not in data]
             problem = f"the JSON object lacks {', '.join(repr(k) for k in missing)}" if missing else ""
             if not problem and check is not None:
@@ -211,7 +214,7 @@ async def ask_checked(
             {"role": "assistant", "content": text},
             {"role": "user", "content": f"Error: {problem}. Answer again with ONLY the JSON object described above."},
         ]
-    proc.emit("error", {"kind": "model_output", "message": f"{stage}: {problem}", "consecutive": retries + 1})
+    proc.emit("error", ErrorEvent(kind="model_output", message=f"{stage}: {problem}", consecutive=retries + 1))
     return Checked(None, text, retries + 1, problem)
 
 

@@ -320,7 +320,7 @@ class EgressPolicy:
             if pattern.network is None and pattern.matches(host, port):
                 return refused(f"deny:{pattern.text}", "the host is on the workspace's deny list")
         try:
-            addresses = (str(ipaddress.ip_address(host)),)
+            addresses: tuple[str, ...] = (str(ipaddress.ip_address(host)),)
         except ValueError:
             try:
                 addresses = self.resolver(host, port)

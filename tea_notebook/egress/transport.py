@@ -12,7 +12,7 @@ import asyncio
 import functools
 import ipaddress
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Iterable
 
 from tea_notebook.egress.policy import Decision, EgressPolicy, EgressRefused
 
@@ -31,7 +31,14 @@ def _backend(policy: EgressPolicy, seen: Callable[[Decision], None] | None) -> A
         def __init__(self) -> None:
             self._inner = httpcore.AnyIOBackend()
 
-        async def connect_tcp(self, host: str, port: int, timeout: float | None = None, **options: Any) -> Any:
+        async def connect_tcp(
+            self,
+            host: str,
+            port: int,
+            timeout: float | None = None,
+            local_address: str | None = None,
+            socket_options: Iterable[Any] | None = None,
+        ) -> httpcore.AsyncNetworkStream:
             if _is_address(host):  # nothing to resolve: no thread hop
                 decision = policy.check_address(host, port)
             else:
@@ -43,13 +50,17 @@ def _backend(policy: EgressPolicy, seen: Callable[[Decision], None] | None) -> A
             last: Exception | None = None
             for address in decision.addresses:
                 try:
-                    return await self._inner.connect_tcp(address, port, timeout=timeout, **options)
+                    return await self._inner.connect_tcp(
+                        address, port, timeout=timeout, local_address=local_address, socket_options=socket_options
+                    )
                 except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
                     last = exc
             assert last is not None
             raise last
 
-        async def connect_unix_socket(self, path: str, timeout: float | None = None, **options: Any) -> Any:
+        async def connect_unix_socket(
+            self, path: str, timeout: float | None = None, socket_options: Iterable[Any] | None = None
+        ) -> httpcore.AsyncNetworkStream:
             raise EgressRefused(Decision(False, path, "", 0, rule="unix", why="no Unix sockets"))
 
         async def sleep(self, seconds: float) -> None:

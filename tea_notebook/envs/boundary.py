@@ -136,7 +136,7 @@ def bubblewrap() -> str | None:
     if tool is None:
         return None
     probe = [tool, "--unshare-all", "--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
-    probe += ["--disable-userns", "--die-with-parent", *_system_binds(), "--proc", "/proc", *PROC_SYS]
+    probe += ["--disable-userns", "--die-with-parent", *system_binds(), "--proc", "/proc", *PROC_SYS]
     probe += ["--dev", "/dev", *ROOT_READ_ONLY]
     try:
         done = subprocess.run([*probe, "--", "/bin/true"], capture_output=True, timeout=20)
@@ -174,7 +174,7 @@ def fallback_warning(text: str, category: type[Warning] = SandboxWarning, stackl
         warnings.warn(text, category, stacklevel=stacklevel)
 
 
-def _system_binds() -> list[str]:
+def system_binds() -> list[str]:
     """Read-only binds of the system folders (symlinks such as ``/lib -> usr/lib`` copied as links)."""
     args: list[str] = []
     for folder in SYSTEM_FOLDERS:
@@ -254,7 +254,7 @@ def bwrap_command(
     args += ["--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--cap-drop", "ALL", "--hostname", "sandbox"]
     if network and not egress_socket:
         raise ValueError("a sandbox with network reaches it only through the egress proxy: give egress_socket")
-    args += _system_binds()
+    args += system_binds()
     for path in ETC_ALWAYS + (ETC_NETWORK if network else ()):
         args += ["--ro-bind-try", path, path]
     args += ["--ro-bind-data", data(PASSWD.encode()), "/etc/passwd"]

@@ -187,7 +187,7 @@ def bwrap_args(tool: str, folder: Path, chromium: str, socket_path: str) -> tupl
     args += ["--uid", uid, "--gid", uid, "--cap-drop", "ALL", "--hostname", "browser", "--clearenv"]
     for name, value in BROWSER_ENV.items():
         args += ["--setenv", name, value]
-    args += boundary._system_binds()  # noqa: SLF001 - the sandbox's own read-only system view
+    args += boundary.system_binds()  # the sandbox's own read-only system view
     for path in boundary.ETC_ALWAYS + ETC_BROWSER:
         args += ["--ro-bind-try", path, path]
     args += ["--ro-bind", str(folder / "passwd"), "/etc/passwd", "--ro-bind", str(folder / "group"), "/etc/group"]

@@ -27,7 +27,7 @@ from tea_notebook.errors import EnvironmentFailure, TeaError
 from tea_notebook.protocol.context import Context
 
 if TYPE_CHECKING:
-    from tea_notebook.workspace import Workspace
+    from tea_notebook.runtime.host import RunHost
 
 SESSION_NAME = "documents"
 _CHILD = Path(__file__).with_name("_convert_child.py")
@@ -143,7 +143,7 @@ class DocumentConverter:
 
     def __init__(
         self,
-        workspace: "Workspace",
+        workspace: "RunHost",
         *,
         max_mb: float = 50.0,
         timeout: float = 120.0,

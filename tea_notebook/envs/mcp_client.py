@@ -562,7 +562,7 @@ def _clip(text: str, limit: int) -> str:
 def _client_info() -> Any:
     from mcp.types import Implementation
 
-    from tea_notebook import __version__
+    from tea_notebook.version import __version__
 
     return Implementation(name="tea_notebook", version=__version__)
 

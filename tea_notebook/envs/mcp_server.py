@@ -35,7 +35,7 @@ from tea_notebook.protocol.records import ToolRecord
 from tea_notebook.redaction import redact
 
 if TYPE_CHECKING:
-    from tea_notebook.workspace import Workspace
+    from tea_notebook.runtime.host import RunHost
 
 TRANSPORTS = ("stdio", "http")
 #: the environment variable an HTTP server reads its bearer token from when no other is named
@@ -69,7 +69,7 @@ def _output_schema(returns: dict[str, Any]) -> tuple[dict[str, Any] | None, bool
     return {"type": "object", "properties": {"result": returns}, "required": ["result"]}, True
 
 
-def exports(ws: "Workspace", tools: Iterable[str] = (), agents: Iterable[str] = ()) -> dict[str, Export]:
+def exports(ws: "RunHost", tools: Iterable[str] = (), agents: Iterable[str] = ()) -> dict[str, Export]:
     """What a server of ``ws`` offers: the named tools and agents (as A2T tools). Raises a TeaError
     naming what is missing, or when nothing is named."""
     from tea_notebook.protocol.transformations import a2t_record
@@ -96,13 +96,13 @@ def exports(ws: "Workspace", tools: Iterable[str] = (), agents: Iterable[str] = 
 
 
 def build_server(
-    ws: "Workspace", tools: Iterable[str] = (), agents: Iterable[str] = (), *, name: str | None = None
+    ws: "RunHost", tools: Iterable[str] = (), agents: Iterable[str] = (), *, name: str | None = None
 ) -> Any:
     """An SDK ``Server`` offering the named tools and agents of ``ws``."""
     import mcp.types as types
     from mcp.server import Server
 
-    from tea_notebook import __version__
+    from tea_notebook.version import __version__
 
     offered = exports(ws, tools, agents)
     listing = [
@@ -268,7 +268,7 @@ class BearerAuth:
 
 
 def http_app(
-    ws: "Workspace",
+    ws: "RunHost",
     tools: Iterable[str] = (),
     agents: Iterable[str] = (),
     *,
@@ -288,7 +288,7 @@ def http_app(
 
 
 async def serve(
-    ws: "Workspace",
+    ws: "RunHost",
     tools: Iterable[str] = (),
     agents: Iterable[str] = (),
     *,

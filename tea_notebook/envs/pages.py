@@ -23,7 +23,7 @@ from tea_notebook.protocol.retrieval import KeywordIndex
 if TYPE_CHECKING:
     from tea_notebook.egress.policy import Decision
     from tea_notebook.protocol.context import Context
-    from tea_notebook.workspace import Workspace
+    from tea_notebook.runtime.host import RunHost
 
 USER_AGENT = "Mozilla/5.0 (X11; Linux x86_64) tea_notebook-researcher/0.1"
 _SCRIPTED = re.compile(rb"<script\b", re.I)
@@ -61,7 +61,7 @@ class PageReader:
 
     def __init__(
         self,
-        workspace: "Workspace",
+        workspace: "RunHost",
         *,
         timeout: float = 15.0,
         max_mb: float = 5.0,

@@ -34,7 +34,7 @@ from tea_notebook.errors import TeaError
 from tea_notebook.protocol.retrieval import KeywordIndex, fuse
 
 if TYPE_CHECKING:
-    from tea_notebook.workspace import Workspace
+    from tea_notebook.runtime.host import RunHost
 
 CORPUS_SUFFIXES = (".md", ".markdown", ".txt", ".text", ".rst", ".html", ".htm", ".pdf")
 
@@ -151,7 +151,7 @@ class CorpusSearch:
     :meth:`read` returns a document's whole text.
     """
 
-    def __init__(self, workspace: "Workspace", folder: str | Path, *, name: str | None = None, chunk_chars: int = 1200):
+    def __init__(self, workspace: "RunHost", folder: str | Path, *, name: str | None = None, chunk_chars: int = 1200):
         self.workspace = workspace
         self.folder = Path(folder).expanduser().resolve()
         if not self.folder.is_dir():
@@ -370,7 +370,7 @@ def engine_spec(engine: Any) -> str:
     return f"{cls.__module__}:{cls.__qualname__}"
 
 
-def make_engine(spec: Any, workspace: "Workspace") -> Any:
+def make_engine(spec: Any, workspace: "RunHost") -> Any:
     """An engine from a spec string (or the engine object itself)."""
     if not isinstance(spec, str):
         if not callable(getattr(spec, "search", None)):

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     import asyncio
 
     from tea_notebook.protocol.context import Context
-    from tea_notebook.workspace import Workspace
+    from tea_notebook.runtime.host import RunHost
 
 DEFAULT_SESSION = "interactive"
 _all_managers: "weakref.WeakSet[SessionManager]" = weakref.WeakSet()
@@ -100,7 +100,7 @@ class EnvironmentRuntime:
 class SessionManager:
     """Live sessions of one workspace, keyed by (environment name, session key)."""
 
-    def __init__(self, workspace: "Workspace"):
+    def __init__(self, workspace: "RunHost"):
         self.workspace = workspace
         self.sessions: dict[tuple[str, str], Environment] = {}
         self._starting: dict[tuple[str, str], asyncio.Future] = {}

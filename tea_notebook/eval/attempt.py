@@ -15,10 +15,12 @@ import time
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
+from tea_notebook.protocol.context import Context
+
 if TYPE_CHECKING:
     from tea_notebook.eval.tasks import Task
     from tea_notebook.runtime.events import Event
-    from tea_notebook.workspace import Workspace
+    from tea_notebook.runtime.host import RunHost
 
 GRACE = 5.0  # seconds a stopped run gets to end by itself before its task is cancelled
 
@@ -74,7 +76,7 @@ class UsageWatcher:
     happen (events emitted inside the task carry its slot in a context variable; later ones are
     matched by their root run) and stops a run that goes over its token budget."""
 
-    def __init__(self, ws: "Workspace"):
+    def __init__(self, ws: "RunHost"):
         self._roots: dict[str, _Slot] = {}
         self._unsubscribe = ws.events.subscribe(self)
 
@@ -111,7 +113,7 @@ def _accepts(fn: Any, name: str) -> bool:
 
 
 async def run_task(
-    ws: "Workspace",
+    ws: "RunHost",
     agent: Any,
     task: "Task",
     *,
@@ -123,7 +125,7 @@ async def run_task(
 ) -> Attempt:
     """Run ``agent`` on ``task`` within ``limits``; never raises for the task's own failures (a
     cancellation of the caller still propagates, after stopping the run)."""
-    ctx = ws.context()
+    ctx = Context()
     slot = _Slot(ctx, limits.max_tokens)
     if live is not None:
         live[task.id] = slot

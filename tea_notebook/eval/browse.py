@@ -9,7 +9,7 @@ import html
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from tea_notebook.eval.results import EvalResults, TaskResult
+    from tea_notebook.eval.table import ResultsTable, TaskResult
 
 
 def _label(r: "TaskResult", epochs: int) -> str:
@@ -22,7 +22,7 @@ def _label(r: "TaskResult", epochs: int) -> str:
 class ResultsBrowser:
     """A list of an evaluation's samples; the chosen one's trajectory renders below it."""
 
-    def __init__(self, results: "EvalResults"):
+    def __init__(self, results: "ResultsTable"):
         import ipywidgets as w
 
         self.results = results
@@ -45,7 +45,9 @@ class ResultsBrowser:
             data = {"text/plain": f"{r.key}: no run to show ({r.error or 'not run'})"}
             metadata: dict[str, Any] = {}
         else:
-            data, metadata = self.results.workspace.trajectory(r.run_id)._repr_mimebundle_()
+            from tea_notebook.runtime.trajectory import Trajectory
+
+            data, metadata = Trajectory.load(self.results.workspace, r.run_id)._repr_mimebundle_()
         self.output.outputs = ({"output_type": "display_data", "data": data, "metadata": metadata},)
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> Any:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from tea_notebook.errors import TeaError
 
 if TYPE_CHECKING:
-    from tea_notebook.workspace import Workspace
+    from tea_notebook.runtime.host import RunHost
 
 _WEATHER = {
     "type": "function",
@@ -177,7 +177,7 @@ class Preflight:
 async def apreflight(
     model: str,
     *,
-    ws: "Workspace | None" = None,
+    ws: "RunHost | None" = None,
     api_base: str | None = None,
     timeout: float = 30.0,
     client: Any = None,
@@ -253,9 +253,9 @@ def _prices(report: Preflight) -> None:
     if is_offline(report.model):
         return
     try:
-        from tea_notebook.models.client import _litellm
+        from tea_notebook.models.client import import_litellm
 
-        info = _litellm().get_model_info(model=report.model)
+        info = import_litellm().get_model_info(model=report.model)
     except Exception:  # noqa: BLE001 - a model litellm does not know: unknown, and said so
         return
     report.context_length = info.get("max_input_tokens") or info.get("max_tokens")

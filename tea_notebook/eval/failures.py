@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from tea_notebook.eval.attempt import Attempt
-    from tea_notebook.workspace import Workspace
+    from tea_notebook.runtime.host import RunHost
 
 #: words of a model error that mean the provider may answer if asked again
 _TRANSIENT = re.compile(
@@ -52,7 +52,7 @@ def classify(message: str) -> ProviderFailure | None:
     return None
 
 
-def provider_failure(ws: "Workspace", attempt: "Attempt") -> ProviderFailure | None:
+def provider_failure(ws: "RunHost", attempt: "Attempt") -> ProviderFailure | None:
     """Whether ``attempt`` ended because the model provider failed (see the module docstring)."""
     if attempt.error is None:
         return None

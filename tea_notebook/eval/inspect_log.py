@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from tea_notebook.errors import TeaError
 
 if TYPE_CHECKING:
-    from tea_notebook.eval.results import EvalResults, TaskResult
+    from tea_notebook.eval.table import ResultsTable, TaskResult
     from tea_notebook.runtime.trajectory import Trajectory
 
 
@@ -229,7 +229,7 @@ def build_sample(result: "TaskResult", trajectory: "Trajectory | None") -> Any:
     )
 
 
-def build_log(results: "EvalResults", *, transcripts: bool = True) -> Any:
+def build_log(results: "ResultsTable", *, transcripts: bool = True) -> Any:
     """The Inspect ``EvalLog`` of ``results`` (``transcripts=False`` leaves the runs' events out)."""
     require_inspect()
     from importlib.metadata import PackageNotFoundError, version
@@ -248,13 +248,15 @@ def build_log(results: "EvalResults", *, transcripts: bool = True) -> Any:
     )
     from inspect_ai.model import ModelUsage
 
+    from tea_notebook.runtime.trajectory import Trajectory
+
     ws = results.workspace
     samples = []
     for r in results.results:
         trajectory = None
         if transcripts and r.run_id and ws is not None:
             try:
-                trajectory = ws.trajectory(r.run_id)
+                trajectory = Trajectory.load(ws, r.run_id)
             except TeaError:
                 trajectory = None  # a run deleted since: the sample is written without its transcript
         samples.append(build_sample(r, trajectory))
@@ -349,7 +351,7 @@ def write_log(log: Any, path: Path) -> None:
         ]
 
 
-def write_inspect_log(results: "EvalResults", path: str | Path, *, transcripts: bool = True) -> Path:
+def write_inspect_log(results: "ResultsTable", path: str | Path, *, transcripts: bool = True) -> Path:
     """Write ``results`` as an Inspect log at ``path`` (``.eval`` or ``.json``) and return the path."""
     require_inspect()
     target = check_log_path(path)

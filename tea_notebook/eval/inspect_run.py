@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from tea_notebook.errors import TeaError
 
 if TYPE_CHECKING:
-    from tea_notebook.workspace import Workspace
+    from tea_notebook.runtime.host import RunHost
 
 
 def _model_for(choice: str) -> str | None:
@@ -52,7 +52,7 @@ def _question(messages: list[Any]) -> str:
     raise TeaError("the Inspect sample has no user message to give the agent as its task")
 
 
-def inspect_agent(ws: "Workspace", agent: Any, *, model: str = "agent") -> Any:
+def inspect_agent(ws: "RunHost", agent: Any, *, model: str = "agent") -> Any:
     """An Inspect ``Agent`` that runs ``agent`` (a name or an object, as :func:`evaluate` takes) on
     each sample; ``model`` maps Inspect's model to ours (see the module docstring)."""
     try:
@@ -61,6 +61,7 @@ def inspect_agent(ws: "Workspace", agent: Any, *, model: str = "agent") -> Any:
     except ImportError:
         raise TeaError("Inspect agents need Inspect AI: pip install 'tea_notebook[inspect]'") from None
     from tea_notebook.eval.runner import resolve_agent
+    from tea_notebook.protocol.context import Context
 
     runner = resolve_agent(ws, agent)
     label = str(getattr(runner, "name", type(runner).__name__))
@@ -73,7 +74,7 @@ def inspect_agent(ws: "Workspace", agent: Any, *, model: str = "agent") -> Any:
             from inspect_ai.util import store
 
             question = _question(state.messages)
-            kwargs: dict[str, Any] = {"context": ws.context()}
+            kwargs: dict[str, Any] = {"context": Context()}
             chosen = _model_for(model)
             if chosen is not None:
                 kwargs["model"] = chosen

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from tea_notebook.runtime.plots import subplots, whole_numbers
 
 if TYPE_CHECKING:
-    from tea_notebook.eval.results import EvalResults
+    from tea_notebook.eval.table import ResultsTable
 
 
 def _pyplot() -> Any:
@@ -22,7 +22,7 @@ def _pyplot() -> Any:
     return plt
 
 
-def rolling_accuracy(results: "EvalResults", window: int = 10) -> list[float]:
+def rolling_accuracy(results: "ResultsTable", window: int = 10) -> list[float]:
     """Accuracy of the last ``window`` tasks (fewer at the start) after each task, in task order."""
     marks = [1.0 if r.correct else 0.0 for r in results.results]
     out = []
@@ -34,7 +34,7 @@ def rolling_accuracy(results: "EvalResults", window: int = 10) -> list[float]:
 
 def _levels(
     ax: Any,
-    results: "EvalResults",
+    results: "ResultsTable",
     offset: float = 0.0,
     width: float = 0.8,
     label: str | None = None,
@@ -60,7 +60,7 @@ def _levels(
     ax.set_ylabel("accuracy (%)")
 
 
-def plot_evaluation(results: "EvalResults", window: int = 10) -> Any:
+def plot_evaluation(results: "ResultsTable", window: int = 10) -> Any:
     """Four panels: accuracy by level, cost per task, steps per task, rolling accuracy over tasks."""
     plt = _pyplot()
     fig, axes = subplots(1, 4, figsize=(15, 3.4), constrained_layout=True)
@@ -89,7 +89,7 @@ def plot_evaluation(results: "EvalResults", window: int = 10) -> Any:
     return fig
 
 
-def plot_comparison(a: "EvalResults", b: "EvalResults", window: int = 10) -> Any:
+def plot_comparison(a: "ResultsTable", b: "ResultsTable", window: int = 10) -> Any:
     """Two evaluations side by side: accuracy by level, cost per task, rolling accuracy."""
     plt = _pyplot()
     fig, axes = subplots(1, 3, figsize=(14, 3.4), constrained_layout=True)

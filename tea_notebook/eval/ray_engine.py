@@ -26,7 +26,7 @@ import sysconfig
 import tempfile
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable, cast
 
 from tea_notebook.errors import TeaError
 from tea_notebook.eval.attempt import GRACE, Attempt, Limits
@@ -34,8 +34,9 @@ from tea_notebook.eval.spec import export_spec
 from tea_notebook.redaction import redact
 
 if TYPE_CHECKING:
+    from tea_notebook.eval.spec import WorkerHost
     from tea_notebook.eval.tasks import Task
-    from tea_notebook.workspace import Workspace
+    from tea_notebook.runtime.host import RunHost
 
 RETURN_SLACK = 30.0  # seconds past a task's own timeout before the driver gives up on its Ray task
 
@@ -81,9 +82,15 @@ def _task_payload(task: "Task") -> dict[str, Any]:
 
 
 def remote_task(
-    spec: dict[str, Any], payload: dict[str, Any], limits: dict[str, Any], model: str | None, prompt: str
+    spec: dict[str, Any],
+    payload: dict[str, Any],
+    limits: dict[str, Any],
+    model: str | None,
+    prompt: str,
+    make: "Callable[..., WorkerHost]",
 ) -> dict[str, Any]:
-    """What one Ray task does (in the worker): build the workspace, run the task, export its run tree."""
+    """What one Ray task does (in the worker): build the workspace (``make``, the driver's workspace
+    class, pickled by reference), run the task, export its run tree."""
     from tea_notebook._sync import run_sync
     from tea_notebook.eval.attempt import UsageWatcher, run_task
     from tea_notebook.eval.spec import build_workspace
@@ -96,7 +103,7 @@ def remote_task(
             for i, item in enumerate(payload.pop("attachments", []))
         ]
         task = Task.from_dict({**payload, "files": files})
-        ws, agent = build_workspace(spec, folder / "ws")
+        ws, agent = build_workspace(spec, folder / "ws", make)
         try:
             watcher = UsageWatcher(ws)
 
@@ -212,7 +219,7 @@ class RayExecutor:
 
     def __init__(
         self,
-        ws: "Workspace",
+        ws: "RunHost",
         agent: Any,
         *,
         limits: Limits,
@@ -223,6 +230,8 @@ class RayExecutor:
     ):
         ray = _ray()
         self.ws, self.limits, self.model, self.prompt = ws, limits, model, prompt
+        # the worker makes a workspace of the driver's class (a Workspace: eval/ cannot import it)
+        self.make = cast("Callable[..., WorkerHost]", type(ws))
         if not ray.is_initialized():
             # quiet in a cell: no workers' output, no INFO/WARNING banners from Ray's own logger
             options: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "logging_level": "ERROR"}
@@ -249,7 +258,9 @@ class RayExecutor:
     async def run(self, task: "Task") -> Attempt:
         """Submit one task and wait for it; a dead worker or a lost task is an error attempt."""
         ray = _ray()
-        ref = self.remote.remote(self.spec_ref, _task_payload(task), self.limits_data, self.model, self.prompt)
+        ref = self.remote.remote(
+            self.spec_ref, _task_payload(task), self.limits_data, self.model, self.prompt, self.make
+        )
         wait = None if self.limits.timeout is None else self.limits.timeout + GRACE + RETURN_SLACK
         try:
             out = await asyncio.wait_for(asyncio.wrap_future(ref.future()), timeout=wait)

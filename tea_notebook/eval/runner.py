@@ -10,6 +10,11 @@ evaluation loses at most the tasks that were in flight.
 A cost cap stops *starting* tasks once the evaluation (earlier sessions included) has spent it;
 the result says so in ``stopped``. Tasks whose agent failed, timed out, went over budget, whose
 worker died or whose scorer raised are recorded as errors with the reason; the evaluation goes on.
+
+:func:`aevaluate` is four named steps: the options checked and resolved into an
+:class:`~tea_notebook.eval.plan.EvalPlan` (nothing runs before every problem is raised), the store
+read for what is left (:class:`~tea_notebook.eval.batch.Resume`), the samples run, scored and stored
+(:class:`~tea_notebook.eval.batch.EvalBatch`), and the results reported (:func:`report`).
 """
 
 from __future__ import annotations
@@ -18,41 +23,14 @@ import asyncio
 import threading
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, TypeVar
 
-from tea_notebook.errors import TeaError
 from tea_notebook.eval.attempt import Attempt, Limits, UsageWatcher, run_task
-from tea_notebook.eval.checks import Check, resolve_checks
-from tea_notebook.eval.failures import ProviderFailure, backoff_delay, provider_failure
-from tea_notebook.eval.progress import Progress
-from tea_notebook.eval.results import EvalResults, TaskResult, sample_key
-from tea_notebook.eval.scoring import extract_final_answer, resolve_scorer
-from tea_notebook.eval.stats import resolve_reducer
-from tea_notebook.eval.tasks import Task, fingerprint, load_tasks
+from tea_notebook.eval.batch import EvalBatch, Resume
+from tea_notebook.eval.plan import ENGINES, EvalPlan, plan_evaluation, resolve_agent
+from tea_notebook.eval.results import EvalResults
+from tea_notebook.eval.tasks import Task
 
 if TYPE_CHECKING:
-    from tea_notebook.workspace import Workspace
-
-ENGINES = ("local", "ray")
-
-
-def resolve_agent(ws: "Workspace", agent: Any) -> Any:
-    """The agent to evaluate: an object with an async ``run(task, files, *, context=...)``, or a name:
-    a registered agent, a shortcut (``orchestra``, ``researcher``...) or a new plain agent, as
-    ``%%agent NAME`` builds them."""
-    if not isinstance(agent, str):
-        if not callable(getattr(agent, "run", None)):
-            raise TeaError(f"{type(agent).__name__} has no run(task, files, context=...) to evaluate")
-        return agent
-    from tea_notebook.agents.kinds import SHORTCUTS, build, make
-
-    name, kind = agent, None
-    if name not in ws.agents and name in SHORTCUTS:
-        kind, name = SHORTCUTS[name]
-    if name not in ws.agents:
-        make(ws, kind or "agent", name)  # as %%agent NAME does: a new plain agent, or the shortcut's kind
-    built = build(ws, name)
-    if not callable(getattr(built, "run", None)):
-        raise TeaError(f"agent {name!r} runs only as a sub-agent: evaluate a planner that delegates to it")
-    return built
+    from tea_notebook.runtime.host import RunHost
 
 
 class LocalExecutor:
@@ -60,7 +38,7 @@ class LocalExecutor:
 
     name = "local"
 
-    def __init__(self, ws: "Workspace", agent: Any, *, limits: Limits, model: str | None, prompt: str):
+    def __init__(self, ws: "RunHost", agent: Any, *, limits: Limits, model: str | None, prompt: str):
         self.ws, self.agent, self.limits, self.model, self.prompt = ws, agent, limits, model, prompt
         self.watcher = UsageWatcher(ws)
         self.live: dict[str, Any] = {}
@@ -87,16 +65,8 @@ class LocalExecutor:
         self.watcher.close()
 
 
-def _model_label(agent: Any, model: str | None) -> tuple[str, str]:
-    from tea_notebook.models.client import display_name
-
-    resolved = getattr(agent, "resolved_model", None)
-    name = resolved(model)[0] if callable(resolved) else (model or "")
-    return name, display_name(name) if name else ""
-
-
 async def aevaluate(
-    ws: "Workspace",
+    ws: "RunHost",
     agent: Any,
     tasks: Any,
     *,
@@ -154,349 +124,80 @@ async def aevaluate(
     ``inspect_log``: also write the results as an Inspect AI log there (``.eval``; its path is checked
     before anything runs).
     """
-    if engine not in ENGINES:
-        raise TeaError(f"unknown engine {engine!r}; use {' or '.join(ENGINES)}")
-    if concurrency < 1:
-        raise TeaError("concurrency must be at least 1")
-    for label, value in (
-        ("timeout", timeout),
-        ("max_steps", max_steps),
-        ("max_tokens", max_tokens),
-        ("cost_cap", cost_cap),
-    ):
-        if value is not None and value <= 0:
-            raise TeaError(f"{label} must be positive")
-    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
-        raise TeaError(f"epochs must be a whole number of at least 1, not {epochs!r}")
-    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
-        raise TeaError(f"retries must be a whole number of at least 0, not {retries!r}")
-    if backoff < 0 or backoff_cap < 0:
-        raise TeaError("backoff and backoff_cap must not be negative")
-    error_budget = _error_budget(fail_on_error)
-    if inspect_log is not None:
-        from tea_notebook.eval.inspect_log import check_log_path, require_inspect
-
-        require_inspect()
-        check_log_path(inspect_log)
-    reducer_name, _ = resolve_reducer(reducer)
-    check_list = resolve_checks(checks)
-    task_list = load_tasks(tasks)  # every problem of the file is raised here, before anything starts
-    if limit is not None:
-        task_list = task_list[:limit]
-    _check_sample_keys(task_list, epochs)
-    runner = resolve_agent(ws, agent)
-    score = resolve_scorer(scorer)
-    model_name, model_display = _model_label(runner, model)
-    agent_name = getattr(runner, "name", type(runner).__name__)
-    eval_name = name or f"{agent_name}:{fingerprint(task_list)[:8]}"
-    config = {
-        "agent": agent_name,
-        "kind": getattr(runner, "kind", ""),
-        "model": model_name,
-        "model_display": model_display,
-        "scorer": score.described,
-        "engine": engine,
-        "concurrency": concurrency,
-        "timeout": timeout,
-        "max_steps": max_steps,
-        "max_tokens": max_tokens,
-        "cost_cap": cost_cap,
-        "prompt": prompt,
-        "final_answer": final_answer,
-        "tasks": len(task_list),
-        "fingerprint": fingerprint(task_list),
-        "source": str(tasks) if not isinstance(tasks, list) else "(a list)",
-        "epochs": epochs,
-        "reducer": reducer_name,
-        "checks": [c.describe() for c in check_list],
-        "retries": retries,
-        "fail_on_error": fail_on_error,
-    }
-    if member_of is not None:
-        config["set"], config["set_label"] = member_of
-    _check_same_setup(ws, eval_name, config)
-    if engine == "ray":
-        from tea_notebook.eval.ray_engine import RayExecutor
-
-        executor: Any = RayExecutor(
-            ws,
-            runner,
-            limits=Limits(timeout, max_steps, max_tokens),
-            model=model,
-            prompt=prompt,
-            address=address,
-            concurrency=concurrency,
-        )
-    else:
-        executor = LocalExecutor(ws, runner, limits=Limits(timeout, max_steps, max_tokens), model=model, prompt=prompt)
+    plan = plan_evaluation(
+        ws,
+        agent,
+        tasks,
+        name=name,
+        scorer=scorer,
+        model=model,
+        concurrency=concurrency,
+        timeout=timeout,
+        max_steps=max_steps,
+        max_tokens=max_tokens,
+        cost_cap=cost_cap,
+        retry_errors=retry_errors,
+        limit=limit,
+        engine=engine,
+        address=address,
+        prompt=prompt,
+        final_answer=final_answer,
+        epochs=epochs,
+        reducer=reducer,
+        checks=checks,
+        retries=retries,
+        backoff=backoff,
+        backoff_cap=backoff_cap,
+        fail_on_error=fail_on_error,
+        member_of=member_of,
+        inspect_log=inspect_log,
+    )
+    executor = make_executor(ws, plan)
     try:
-        ws.db.put_evaluation(eval_name, config)
-        keys = {sample_key(t.id, e) for t in task_list for e in range(1, epochs + 1)}
-        stored = {r["task_id"]: r for r in ws.db.eval_results(eval_name) if r["task_id"] in keys}
+        resume = Resume.read(ws, plan)
     except BaseException:
         await executor.close()
         raise
+    batch = EvalBatch(ws, plan, executor, resume, stop=stop, progress=progress)
+    await batch.run()
+    return await report(ws, plan, batch)
 
-    def wanted(key: str) -> bool:
-        row = stored.get(key)
-        return row is None or bool(row.get("infra_error")) or (retry_errors and row["status"] == "error")
 
-    # epoch by epoch: stopped part-way, every task has its first samples before any has its last
-    todo = [(i, t, e) for e in range(1, epochs + 1) for i, t in enumerate(task_list) if wanted(sample_key(t.id, e))]
-    results: dict[str, TaskResult] = {key: TaskResult.from_row(r) for key, r in stored.items()}
-    skipped = len(keys) - len(todo)
+def make_executor(ws: "RunHost", plan: EvalPlan) -> Any:
+    """Where the plan's samples run: this process (``"local"``) or a Ray cluster (``"ray"``)."""
+    if plan.engine == "ray":
+        from tea_notebook.eval.ray_engine import RayExecutor
 
-    mode = progress if isinstance(progress, str) else ("auto" if progress else "off")
-    bar = Progress(eval_name, len(keys), mode=mode, model=model_display)
-    state: dict[str, Any] = {"stopped": None, "running": 0, "failures": 0}
-    budget = (
-        None if error_budget is None else (error_budget if isinstance(error_budget, int) else error_budget * len(keys))
-    )
+        return RayExecutor(
+            ws,
+            plan.runner,
+            limits=plan.limits,
+            model=plan.model,
+            prompt=plan.prompt,
+            address=plan.address,
+            concurrency=plan.concurrency,
+        )
+    return LocalExecutor(ws, plan.runner, limits=plan.limits, model=plan.model, prompt=plan.prompt)
 
-    def counts() -> dict[str, Any]:
-        done = list(results.values())
-        return {
-            "done": len(done),
-            "correct": sum(1 for r in done if r.correct),
-            "errors": sum(1 for r in done if r.status == "error"),
-            "cost": sum(r.cost + r.judge_cost for r in done),
-            "running": state["running"],
-        }
 
-    def spent() -> float:
-        """What the recorded samples cost (earlier sessions too) and what the runs in flight will: each
-        counted at the recorded samples' mean cost, or at what it has spent so far when that is more
-        (a Ray worker's spending is known only when it returns; without this, a cap could be overshot by
-        up to concurrency − 1 samples)."""
-        recorded = sum(r.cost + r.judge_cost for r in results.values())
-        expected = state["running"] * (recorded / len(results)) if results else 0.0
-        return recorded + max(executor.running_cost(), expected)
-
-    pending = list(todo)
-    unit = "task(s)" if epochs == 1 else "sample(s)"
-
-    async def attempt_once(task: Task) -> Attempt:
-        state["running"] += 1
-        try:
-            return await executor.run(task)
-        except Exception as exc:  # noqa: BLE001 - the harness failing on one task is that task's error
-            return Attempt(task.id, run_status="error", error=f"could not run it: {type(exc).__name__}: {exc}")
-        finally:
-            state["running"] -= 1
-
-    async def run_sample(task: Task) -> tuple[Attempt, ProviderFailure | None, list[Attempt]]:
-        """The sample's attempt, retried while the provider fails transiently (within ``retries``)."""
-        failed: list[Attempt] = []
-        attempt = await attempt_once(task)
-        failure = provider_failure(ws, attempt)
-        while failure is not None and failure.transient and len(failed) < retries:
-            if stop is not None and stop.is_set():
-                break
-            failed.append(attempt)
-            await asyncio.sleep(backoff_delay(len(failed), backoff, backoff_cap))
-            attempt = await attempt_once(task)
-            failure = provider_failure(ws, attempt)
-        return attempt, failure, failed
-
-    async def worker() -> None:
-        while pending:
-            if state["stopped"]:
-                return
-            if stop is not None and stop.is_set():
-                state["stopped"] = state["stopped"] or "stopped by the user"
-                return
-            if cost_cap is not None and spent() >= cost_cap:
-                state["stopped"] = (
-                    f"cost cap ${cost_cap:g} reached (${spent():.4f} spent); {len(pending)} {unit} not started"
-                )
-                bar.update(**counts(), note=state["stopped"], force=True)
-                return
-            position, task, epoch = pending.pop(0)
-            attempt, failure, failed = await run_sample(task)
-            result = await _score(ws, task, position, attempt, score, final_answer, [] if failure else check_list)
-            result.epoch = epoch
-            result.retries = len(failed)
-            result.retried_runs = [a.run_id for a in failed if a.run_id]
-            result.cost += sum(a.cost for a in failed)
-            if failure is not None:
-                result.infra_error, result.status, result.correct = True, "error", False
-                tried = f" after {len(failed)} retr{'y' if len(failed) == 1 else 'ies'}" if failed else ""
-                kind = "" if failure.transient else " (not retried: asking again would not help)"
-                result.error = f"the model provider failed{tried}{kind}: {attempt.error}"
-                state["failures"] += 1
-            key = sample_key(task.id, epoch)
-            previous = stored.get(key)
-            if previous is not None:
-                result.attempts = int(previous.get("attempts") or 1) + 1
-            ws.db.put_eval_result(eval_name, key, position, result.status, result.correct, result.to_row())
-            results[key] = result
-            if budget is not None and state["failures"] >= budget and not state["stopped"]:
-                state["stopped"] = (
-                    f"the model provider failed on {state['failures']} sample(s) (fail_on_error={fail_on_error!r}): "
-                    f"infrastructure is broken, {len(pending)} {unit} not started; rerun to resume"
-                )
-            bar.update(**counts(), note=state["stopped"])
-
-    async def watch_stop(workers: list[asyncio.Task]) -> None:
-        while not all(w.done() for w in workers):
-            if stop is not None and stop.is_set():
-                state["stopped"] = "stopped by the user; tasks in flight were not recorded"
-                for w in workers:
-                    w.cancel()
-                return
-            await asyncio.sleep(0.05)
-
-    workers = [asyncio.ensure_future(worker()) for _ in range(min(concurrency, max(len(todo), 1)))]
-    watcher = asyncio.ensure_future(watch_stop(workers))
-    try:
-        outcome = await asyncio.gather(*workers, return_exceptions=True)
-        for item in outcome:
-            if isinstance(item, BaseException) and not isinstance(item, asyncio.CancelledError):
-                raise item
-    except asyncio.CancelledError:
-        for w in workers:
-            w.cancel()
-        await asyncio.gather(*workers, return_exceptions=True)
-        raise
-    finally:
-        watcher.cancel()
-        await asyncio.gather(watcher, return_exceptions=True)
-        await executor.close()
-        if pending and state["stopped"] is None and stop is not None and stop.is_set():
-            state["stopped"] = "stopped by the user; tasks in flight were not recorded"
-        bar.update(**counts(), note=state["stopped"] or "", force=True)
-        bar.close()
-    ordered = [results[key] for t in task_list for e in range(1, epochs + 1) if (key := sample_key(t.id, e)) in results]
+async def report(ws: "RunHost", plan: EvalPlan, batch: EvalBatch) -> EvalResults:
+    """The evaluation's results (every sample of the set that has one), also as an Inspect AI log
+    when the plan asks for one."""
     out = EvalResults(
-        eval_name,
-        ordered,
+        plan.name,
+        batch.ordered(),
         workspace=ws,
-        total=len(task_list),
-        stopped=state["stopped"],
-        config=config,
-        skipped=skipped,
+        total=len(plan.tasks),
+        stopped=batch.stopped,
+        config=plan.config,
+        skipped=batch.skipped,
     )
-    if inspect_log is not None:
-        await asyncio.to_thread(out.to_inspect, inspect_log)
+    if plan.inspect_log is not None:
+        await asyncio.to_thread(out.to_inspect, plan.inspect_log)
     return out
 
 
-async def _score(
-    ws: "Workspace", task: Task, position: int, attempt: Attempt, score: Any, final_answer: bool, checks: list[Check]
-) -> TaskResult:
-    """The attempt as a result: scored, or an error (of the run, or of the scorer) with its reason;
-    then the trajectory checks, when there is a run to read."""
-    result = await _score_answer(task, position, attempt, score, final_answer)
-    result.scores["correct"] = 1.0 if result.correct else 0.0
-    if not checks or not attempt.run_id:
-        return result
-    trajectory = ws.trajectory(attempt.run_id)
-    for check in checks:
-        try:
-            outcome = await check(trajectory)
-        except Exception as exc:  # noqa: BLE001 - a broken check is that sample's error, the evaluation goes on
-            result.status, result.correct = "error", False
-            result.error = f"the check {check.name} raised {type(exc).__name__}: {exc}"
-            return result
-        result.scores[check.name] = outcome.value
-        result.judge_cost += outcome.cost
-        if outcome.note:
-            result.extra.setdefault("check_notes", {})[check.name] = outcome.note
-    return result
-
-
-async def _score_answer(task: Task, position: int, attempt: Attempt, score: Any, final_answer: bool) -> TaskResult:
-    """The attempt as a result: scored, or an error (of the run, or of the scorer) with its reason."""
-    answer = extract_final_answer(attempt.answer) if final_answer else attempt.answer.strip()
-    result = TaskResult(
-        task.id,
-        position,
-        "error",
-        None,
-        answer=answer,
-        expected=task.answer,
-        level=task.level,
-        question=task.question,
-        run_status=attempt.run_status,
-        steps=attempt.steps,
-        prompt_tokens=attempt.prompt_tokens,
-        completion_tokens=attempt.completion_tokens,
-        cost=attempt.cost,
-        seconds=attempt.seconds,
-        run_id=attempt.run_id,
-        error=attempt.error,
-        raw_answer=attempt.answer,
-        model=attempt.model,
-    )
-    if attempt.error is not None:
-        result.correct, result.answer = (
-            False,
-            "",
-        )  # no answer to score: ``error`` says why, ``raw_answer`` keeps the text
-        return result
-    try:
-        verdict = await score(answer, task.answer, task)
-    except Exception as exc:  # noqa: BLE001 - a broken scorer is that task's error, the evaluation goes on
-        result.correct = False
-        result.error = f"the scorer {score.name} raised {type(exc).__name__}: {exc}"
-        return result
-    result.status, result.correct = "scored", verdict.correct
-    result.judge_cost, result.scorer_note = verdict.cost, verdict.note
-    return result
-
-
-#: what makes two evaluations' results comparable: resuming under a name must not change these
-SAME_SETUP = ("agent", "model", "scorer", "prompt", "final_answer", "checks")
-
-
-def _error_budget(value: Any) -> float | int | None:
-    """``fail_on_error`` checked: None / False (never stop), True (the first failure), a count of
-    at least 1, or a proportion strictly between 0 and 1."""
-    if value is None or value is False:
-        return None
-    if value is True:
-        return 1
-    if isinstance(value, int) and value >= 1:
-        return value
-    if isinstance(value, float) and 0 < value < 1:
-        return value
-    raise TeaError(
-        f"fail_on_error must be a count of at least 1 (int), a proportion between 0 and 1 (float), True or None; "
-        f"not {value!r}"
-    )
-
-
-def _check_sample_keys(tasks: list[Task], epochs: int) -> None:
-    """With epochs, sample keys are ``task#epoch``: a task whose id looks like another's later epoch
-    would share its row."""
-    if epochs == 1:
-        return
-    ids = {t.id for t in tasks}
-    for t in tasks:
-        for e in range(2, epochs + 1):
-            if sample_key(t.id, e) in ids:
-                raise TeaError(
-                    f"task id {sample_key(t.id, e)!r} is also the key of task {t.id!r}'s epoch {e}: rename it"
-                )
-
-
-def _check_same_setup(ws: "Workspace", name: str, config: dict[str, Any]) -> None:
-    """Resuming ``name`` with another agent, model, scorer or prompt would mix two experiments in one
-    table: refuse, naming what differs (limits, concurrency and the task set may change)."""
-    stored = ws.db.evaluation(name)
-    if stored is None:
-        return
-    before = stored["config"]
-    changed = [k for k in SAME_SETUP if k in before and before.get(k) != config.get(k)]
-    if changed:
-        what = "; ".join(f"{k}: {before.get(k)!r} then, {config.get(k)!r} now" for k in changed)
-        raise TeaError(
-            f"evaluation {name!r} already has results with another setup ({what}): give this one another "
-            f"name=, or delete the old one with ws.db.delete_evaluation({name!r})"
-        )
-
-
-def evaluate(ws: "Workspace", agent: Any, tasks: Any, **options: Any) -> EvalResults:
+def evaluate(ws: "RunHost", agent: Any, tasks: Any, **options: Any) -> EvalResults:
     """:func:`aevaluate` from synchronous code, also inside a running event loop (a notebook cell);
     a KeyboardInterrupt (the kernel's ■) stops it cooperatively and returns what was recorded."""
     stop = options.pop("stop", None)
@@ -520,9 +221,9 @@ def run_stoppable(start: Callable[[threading.Event], Awaitable[T]], stop: thread
         return future.result(timeout=60)
 
 
-def load(ws: "Workspace", name: str) -> EvalResults:
+def load(ws: "RunHost", name: str) -> EvalResults:
     """The stored results of evaluation ``name``."""
     return EvalResults.load(ws, name)
 
 
-__all__ = ["ENGINES", "LocalExecutor", "aevaluate", "evaluate", "load", "resolve_agent"]
+__all__ = ["ENGINES", "LocalExecutor", "aevaluate", "evaluate", "load", "make_executor", "report", "resolve_agent"]

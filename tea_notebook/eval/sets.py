@@ -27,7 +27,7 @@ from tea_notebook.errors import NotFoundError, TeaError
 if TYPE_CHECKING:
     from tea_notebook.eval.results import EvalResults
     from tea_notebook.eval.stats import PairedTest
-    from tea_notebook.workspace import Workspace
+    from tea_notebook.runtime.host import RunHost
 
 
 @dataclass
@@ -58,7 +58,7 @@ def _source_name(tasks: Any) -> str:
 
 
 def configurations(
-    agents: Any = None, models: Any = None, tasks: Any = None, configs: Any = None, ws: "Workspace | None" = None
+    agents: Any = None, models: Any = None, tasks: Any = None, configs: Any = None, ws: "RunHost | None" = None
 ) -> list[Configuration]:
     """The set's members: ``configs`` as given, else every agent × model × task source. A label is
     ``agent@model`` (the agent's own model when none is given, resolved in ``ws``), ``/tasks`` added
@@ -88,7 +88,7 @@ def configurations(
     return out
 
 
-def _own_model(ws: "Workspace | None", agent: Any) -> str | None:
+def _own_model(ws: "RunHost | None", agent: Any) -> str | None:
     """The model ``agent`` runs with when the set names none."""
     if ws is None and isinstance(agent, str):
         return None
@@ -115,7 +115,7 @@ class EvalSet:
         self.preflight: dict[str, Any] = {}
 
     @classmethod
-    def load(cls, ws: "Workspace", name: str) -> "EvalSet":
+    def load(cls, ws: "RunHost", name: str) -> "EvalSet":
         """The stored set ``name`` (its members are the evaluations ``name:LABEL``)."""
         from tea_notebook.eval.results import EvalResults
 
@@ -285,7 +285,7 @@ def _safe(label: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "-_.@" else "_" for ch in label)
 
 
-def _check_distinct(ws: "Workspace", configs: list[Configuration]) -> None:
+def _check_distinct(ws: "RunHost", configs: list[Configuration]) -> None:
     """Refuse a set in which two configurations would run the same thing (or share a label)."""
     from tea_notebook.eval.tasks import fingerprint, load_tasks
 
@@ -307,7 +307,7 @@ def _check_distinct(ws: "Workspace", configs: list[Configuration]) -> None:
 
 
 async def aeval_set(
-    ws: "Workspace",
+    ws: "RunHost",
     name: str,
     *,
     agents: Any = None,
@@ -358,7 +358,7 @@ async def aeval_set(
     return out
 
 
-async def _preflight(ws: "Workspace", members: list[Configuration]) -> dict[str, Any]:
+async def _preflight(ws: "RunHost", members: list[Configuration]) -> dict[str, Any]:
     """Each live model of the set checked once; a model that cannot answer stops the set here."""
     from tea_notebook.eval.doctor import apreflight
     from tea_notebook.eval.runner import resolve_agent
@@ -383,7 +383,7 @@ async def _preflight(ws: "Workspace", members: list[Configuration]) -> dict[str,
     return reports
 
 
-def eval_set(ws: "Workspace", name: str, **options: Any) -> EvalSet:
+def eval_set(ws: "RunHost", name: str, **options: Any) -> EvalSet:
     """:func:`aeval_set` from synchronous code (a notebook cell too); the kernel's ■ stops it
     cooperatively and returns what was recorded."""
     from tea_notebook.eval.runner import run_stoppable
@@ -392,7 +392,7 @@ def eval_set(ws: "Workspace", name: str, **options: Any) -> EvalSet:
     return run_stoppable(lambda event: aeval_set(ws, name, stop=event, **options), stop)
 
 
-def load_set(ws: "Workspace", name: str) -> EvalSet:
+def load_set(ws: "RunHost", name: str) -> EvalSet:
     """The stored eval set ``name``."""
     return EvalSet.load(ws, name)
 

@@ -1,8 +1,9 @@
 """An agent as data, to run it somewhere else: its ACP card with every other card it may delegate
 to, the TCP tool records it may call, the workspace's default model and embedder, and the scripted
 models those name. :func:`build_workspace` makes a temporary workspace from such a spec in another
-process (a Ray worker) and rebuilds the agent there the way a restarted kernel does
-(:func:`tea_notebook.agents.kinds.build`); no shared file system is assumed.
+process (a Ray worker), of the class the driver's workspace has (handed down: eval/ sits below the
+``Workspace`` façade and does not import it), and rebuilds the agent there the way a restarted kernel
+does (:func:`tea_notebook.agents.kinds.build`); no shared file system is assumed.
 
 Tools keep their trust as the driver recorded it: a tool that runs only out of process there
 runs only out of process in the worker too.
@@ -12,12 +13,10 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Callable, Protocol
 
 from tea_notebook.errors import TeaError
-
-if TYPE_CHECKING:
-    from tea_notebook.workspace import Workspace
+from tea_notebook.runtime.host import RunHost
 
 _SCRIPT = re.compile(r"tea/script:([A-Za-z0-9_.\-]+)")
 _embedders: dict[str, Any] = {}  # per worker process: loading the MiniLM model once is enough
@@ -27,7 +26,7 @@ def _record_data(record: Any) -> dict[str, Any]:
     return record.model_dump(mode="json", exclude={"version", "usage"})
 
 
-def export_spec(ws: "Workspace", agent: Any, model: str | None = None) -> dict[str, Any]:
+def export_spec(ws: "RunHost", agent: Any, model: str | None = None) -> dict[str, Any]:
     """The spec of ``agent`` (registered in ``ws``) for :func:`build_workspace` elsewhere."""
     import json
 
@@ -60,20 +59,32 @@ def export_spec(ws: "Workspace", agent: Any, model: str | None = None) -> dict[s
     return spec
 
 
-def build_workspace(spec: dict[str, Any], folder: str | Path) -> tuple["Workspace", Any]:
-    """A new workspace in ``folder`` holding the spec's tools and cards, and the agent rebuilt in it."""
+class WorkerHost(RunHost, Protocol):
+    """The workspace a worker makes for one task and closes after it (the driver's ``Workspace`` class)."""
+
+    def close(self) -> None:
+        """Stop its live sessions, write pending index files and close its database."""
+        ...
+
+
+def build_workspace(
+    spec: dict[str, Any], folder: str | Path, make: Callable[..., WorkerHost]
+) -> tuple[WorkerHost, Any]:
+    """A new workspace in ``folder`` holding the spec's tools and cards, and the agent rebuilt in it.
+
+    ``make`` is the workspace class (called as ``make(folder, embedder=..., model=...)``): the
+    driver's, ``type(ws)``."""
     from tea_notebook.agents.kinds import build
     from tea_notebook.models.embedders import resolve_embedder
     from tea_notebook.models.offline import ScriptedModel
     from tea_notebook.protocol.records import AgentRecord, ToolRecord
-    from tea_notebook.workspace import Workspace
 
     for script_id, model in (spec.get("scripted") or {}).items():
         ScriptedModel._registry[script_id] = model
     key = spec.get("embedder") or "hashing"
     if key not in _embedders:
         _embedders[key] = resolve_embedder(key)
-    ws = Workspace(folder, embedder=_embedders[key], model=spec.get("default_model") or None)
+    ws = make(folder, embedder=_embedders[key], model=spec.get("default_model") or None)
     tools = [ToolRecord.model_validate(d) for d in spec.get("tools", [])]
     if tools:
         ws.tools.register_many(tools, note="evaluation spec")
@@ -83,4 +94,4 @@ def build_workspace(spec: dict[str, Any], folder: str | Path) -> tuple["Workspac
     return ws, build(ws, spec["agent"])
 
 
-__all__ = ["build_workspace", "export_spec"]
+__all__ = ["WorkerHost", "build_workspace", "export_spec"]

@@ -17,7 +17,7 @@ from tea_notebook.errors import NotFoundError, TeaError
 from tea_notebook.protocol.records import AgentRecord
 
 if TYPE_CHECKING:
-    from tea_notebook.workspace import Workspace
+    from tea_notebook.runtime.host import RunHost
 
 SPEC_KEYS = ("role", "suggestions", "tools", "expertise")
 ORIGIN = "evolved"
@@ -184,7 +184,7 @@ class AgentBank:
     calibration set, matching sub-tasks scored 0.12–0.54, unrelated ones at most 0.19).
     """
 
-    def __init__(self, workspace: "Workspace", *, threshold: float = 0.2):
+    def __init__(self, workspace: "RunHost", *, threshold: float = 0.2):
         self.workspace = workspace
         self.registry = workspace.agents
         self.threshold = threshold

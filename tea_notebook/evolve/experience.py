@@ -30,7 +30,7 @@ from tea_notebook.redaction import redact
 
 if TYPE_CHECKING:
     from tea_notebook.protocol.registry import Registry, VersionInfo
-    from tea_notebook.workspace import Workspace
+    from tea_notebook.runtime.host import RunHost
 
 KINDS = ("tool", "success", "failure")
 #: Headings whose bullets become an entry's use cases, most specific first.
@@ -310,7 +310,7 @@ class ExperienceMemory:
     existing one of the same kind. Both can be changed on the object.
     """
 
-    def __init__(self, workspace: "Workspace", *, threshold: float = 0.3, merge_threshold: float = 0.9):
+    def __init__(self, workspace: "RunHost", *, threshold: float = 0.3, merge_threshold: float = 0.9):
         self.workspace = workspace
         self.registry: "Registry[ExperienceRecord]" = workspace.experience
         self.threshold = threshold
@@ -613,10 +613,19 @@ def _unique(items: Iterable[str]) -> list[str]:
     return out
 
 
+def experiences_of(ws: "RunHost") -> ExperienceMemory:
+    """The experience memory of ``ws``: its own ``ws.experiences`` (one object per workspace, so a
+    ``threshold`` set on it holds for every reader) or, for a host without one, a new one over
+    ``ws.experience``. The run host does not carry it: it lives on this floor, above ``runtime/``."""
+    memory = getattr(ws, "experiences", None)
+    return memory if isinstance(memory, ExperienceMemory) else ExperienceMemory(ws)
+
+
 __all__ = [
     "KINDS",
     "ExperienceError",
     "ExperienceMemory",
+    "experiences_of",
     "ExperienceRecord",
     "ExperienceStats",
     "ParsedEntry",

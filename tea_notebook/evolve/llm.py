@@ -7,6 +7,7 @@ import re
 from typing import TYPE_CHECKING, Any, Callable
 
 from tea_notebook.errors import EvolutionError
+from tea_notebook.runtime.event_types import ErrorEvent
 
 if TYPE_CHECKING:
     from tea_notebook.evolve.prompts import Prompt
@@ -80,7 +81,7 @@ async def ask_json(
             problem = str(exc)
         if not problem:
             return value
-        proc.emit("error", {"kind": "model_output", "stage": prompt.stage, "message": problem, "attempt": attempt + 1})
+        proc.emit("error", ErrorEvent(kind="model_output", stage=prompt.stage, message=problem, attempt=attempt + 1))
         messages = [
             *messages,
             {"role": "assistant", "content": reply.content or ""},

@@ -31,9 +31,11 @@ from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Iterable
 
 from tea_notebook._sync import run_sync
+from tea_notebook.agents.kinds import agent_kind
 from tea_notebook.errors import EvolutionError, TeaError
 from tea_notebook.evolve import prompts
 from tea_notebook.evolve.agent_bank import AgentBank, ExpertSpec, check_spec
+from tea_notebook.evolve.experience import experiences_of
 from tea_notebook.evolve.judge import Judgement, check_judgement
 from tea_notebook.evolve.llm import ask_json, require_model
 from tea_notebook.evolve.trace import (
@@ -43,8 +45,9 @@ from tea_notebook.evolve.trace import (
     SubTaskResult,
     ToolValidation,
     Trace,
-    _unique,
+    unique,
 )
+from tea_notebook.runtime.event_types import ErrorEvent
 from tea_notebook.runtime.runlog import Process
 
 if TYPE_CHECKING:
@@ -53,7 +56,7 @@ if TYPE_CHECKING:
     from tea_notebook.protocol.context import Context
     from tea_notebook.protocol.records import AgentRecord, ExperienceRecord, ToolRecord
     from tea_notebook.runtime.agent import RunResult
-    from tea_notebook.workspace import Workspace
+    from tea_notebook.runtime.host import RunHost
 
 PROCESS = "mem2evolve"
 
@@ -71,7 +74,7 @@ class Mem2Evolve:
 
     def __init__(
         self,
-        ws: "Workspace",
+        ws: "RunHost",
         *,
         model: str | None = None,
         delta: float = 0.3,
@@ -332,7 +335,7 @@ class Mem2Evolve:
             created = [t.name for t in creation.tools]
             reused = [n for n in creation.reused if n in ws.tools]
             proc.step("tool_manager", {"subtask": sub.number, "run": creation.run_id}, creation.summary())
-        tools = _unique([*(n for n, _ in retrieved), *reused, *created])
+        tools = unique([*(n for n, _ in retrieved), *reused, *created])
 
         found = self.bank.find(sub.description)
         if found is not None:
@@ -380,7 +383,7 @@ class Mem2Evolve:
         from tea_notebook.runtime.prompts import SYSTEM_PROMPT
 
         ws = self.ws
-        memory = ws.experiences
+        memory = experiences_of(ws)
         successes = memory.retrieve(sub.description, kind="success", k=self.experience_k)
         failures = memory.retrieve(sub.description, kind="failure", k=self.experience_k)
         retrieved = [r.name for r in [*successes, *failures]]
@@ -490,10 +493,10 @@ class Mem2Evolve:
     async def _validate(
         self, proc: Process, trace: Trace, names: list[str], judgement: Judgement
     ) -> list[ToolValidation]:
-        from tea_notebook.evolve.toolmaker import Candidate, _report_text
+        from tea_notebook.evolve.toolmaker import Candidate, report_text
 
         out: list[ToolValidation] = []
-        for name in _unique(names):
+        for name in unique(names):
             proc.check_stop()
             rec = self.ws.tools.current(name)
             if rec is None or rec.origin != "generated" or not rec.source:
@@ -519,7 +522,7 @@ class Mem2Evolve:
                 report = await self.maker._check(
                     proc, name, code, tests, examples=examples, label=f"critique-{rec.version}-{iteration}"
                 )
-                output = _report_text(report)
+                output = report_text(report)
                 proc.step(
                     "validate_tool",
                     {"tool": name, "version": rec.version, "iteration": iteration},
@@ -690,7 +693,7 @@ class Mem2Evolve:
             parse_markdown(markdown)
         written: list["ExperienceRecord"] = []
         for kind, markdown, run, outcome, extra in drafts:
-            record, merged = self.ws.experiences.from_markdown(
+            record, merged = experiences_of(self.ws).from_markdown(
                 kind, markdown, source_run=run, outcome=outcome, metadata={"task": trace.task}, **extra
             )
             written.append(record)
@@ -699,11 +702,11 @@ class Mem2Evolve:
             proc.step(
                 "write_experience",
                 {"kind": kind, "entry": record.name, "merged": merged},
-                self.ws.experiences.to_markdown(record),
+                experiences_of(self.ws).to_markdown(record),
             )
         retrieved = trace.retrieved_experiences
         if retrieved:
-            self.ws.experiences.record_outcome(retrieved, judgement.success)
+            experiences_of(self.ws).record_outcome(retrieved, judgement.success)
             proc.step(
                 "record_outcome",
                 {"success": judgement.success},
@@ -727,7 +730,7 @@ class Mem2Evolve:
             except ExperienceError as exc:
                 problem = str(exc)
             proc.emit(
-                "error", {"kind": "model_output", "stage": prompt.stage, "message": problem, "attempt": attempt + 1}
+                "error", ErrorEvent(kind="model_output", stage=prompt.stage, message=problem, attempt=attempt + 1)
             )
             messages = [
                 *messages,
@@ -868,8 +871,21 @@ class Mem2Evolve:
 
 
 # -- agents in ACP ----------------------------------------------------------------------------
+def _rebuild_evolution_agent(ws: "RunHost", name: str, card: "AgentRecord", overrides: dict[str, Any]) -> Any:
+    """``tool_manager`` or ``mem2evolve`` again from its card (both are registered together)."""
+    register_evolution_agents(ws, **dict(card.metadata.get("config") or {}))
+    return ws.agents.runtime(name)
+
+
+@agent_kind(
+    "evolution",
+    makes=False,
+    rebuild=_rebuild_evolution_agent,
+    fork=None,
+    description="tool_manager and mem2evolve come with register_evolution_agents(ws, model)",
+)
 def register_evolution_agents(
-    ws: "Workspace", model: str | None = None, *, approval: str = "auto", **options: Any
+    ws: "RunHost", model: str | None = None, *, approval: str = "auto", **options: Any
 ) -> list["AgentRecord"]:
     """Register ``tool_manager`` (the tool maker on a task; answer: what it created or reused) and
     ``mem2evolve`` (the whole loop; answer: the final answer) in ACP with runners in this process,
@@ -995,7 +1011,7 @@ def _args_text(args: Any) -> str:
     return str(args)[:200]
 
 
-def _run_text(ws: "Workspace", run_id: str, limit: int = 6000) -> tuple[str, list[str]]:
+def _run_text(ws: "RunHost", run_id: str, limit: int = 6000) -> tuple[str, list[str]]:
     """An agent run as lines of ``step N: tool(args) -> observation``, and the tools it called."""
     from tea_notebook.protocol.reserved import RUNTIME_ACTIONS
     from tea_notebook.runtime.trajectory import Trajectory
@@ -1013,7 +1029,7 @@ def _run_text(ws: "Workspace", run_id: str, limit: int = 6000) -> tuple[str, lis
         for err in s.errors:
             lines.append(f"step {s.number}: error: {err}")
     lines.append(f"status: {traj.status}; answer: {traj.answer}")
-    return _clip("\n".join(lines), limit), _unique(used)
+    return _clip("\n".join(lines), limit), unique(used)
 
 
 __all__ = [

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tea_notebook.runtime.render import _CSS, esc
+from tea_notebook.runtime.render import CSS, esc
 
 _COLOUR = {
     "registered": "#1a7f37",
@@ -127,7 +127,7 @@ def creation_html(creation: Any) -> str:
         + (f"<span class='muted'>{esc(model)}</span>" if model else "")
         + f"<span class='muted'>run {esc(creation.run_id)}</span></div>"
     )
-    parts = [_CSS, _STYLE, "<div class='tea-t tea-cr'>", head]
+    parts = [CSS, _STYLE, "<div class='tea-t tea-cr'>", head]
     parts.append(f"<div><span class='muted'>request:</span> {esc(creation.request)}</div>")
     justification = (creation.need or {}).get("justification") if isinstance(creation.need, dict) else None
     if justification:
@@ -186,7 +186,7 @@ def evolution_html(result: Any) -> str:
         + (f"<span class='muted'>{esc(model)}</span>" if model else "")
         + f"<span class='muted'>run {esc(result.run_id)}</span></div>"
     )
-    parts = [_CSS, _STYLE, "<div class='tea-t tea-cr'>", head]
+    parts = [CSS, _STYLE, "<div class='tea-t tea-cr'>", head]
     parts.append(f"<div><span class='muted'>task:</span> {esc(result.task)}</div>")
     parts.append(f"<div><span class='muted'>answer:</span> <b>{esc(result.answer)}</b></div>")
     if judgement.ground_truth is not None:
@@ -291,7 +291,7 @@ def stats_html(stats: Any) -> str:
     body = "".join(
         f"<tr><td class='muted'>{esc(label)}</td><td>{esc(value)}</td></tr>" for label, value in stats_rows(stats)
     )
-    return f"{_CSS}{_STYLE}<div class='tea-t tea-cr'><b>tool statistics</b><table>{body}</table></div>"
+    return f"{CSS}{_STYLE}<div class='tea-t tea-cr'><b>tool statistics</b><table>{body}</table></div>"
 
 
 __all__ = [

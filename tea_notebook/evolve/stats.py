@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from tea_notebook.workspace import Workspace
+    from tea_notebook.runtime.host import RunHost
 
 
 @dataclass(frozen=True, repr=False)
@@ -48,7 +48,7 @@ class ToolStats:
         )
 
 
-def tool_stats(ws: "Workspace") -> ToolStats:
+def tool_stats(ws: "RunHost") -> ToolStats:
     """Read the tool manager's events and the tools' usage counters."""
     created: dict[str, int] = {}
     first_pass: list[bool] = []

@@ -36,12 +36,13 @@ from tea_notebook.errors import EnvironmentFailure, EvolutionError, TeaError
 from tea_notebook.evolve import prompts
 from tea_notebook.evolve.llm import ask_json, require_model
 from tea_notebook.protocol.records import NAME_PATTERN, ToolRecord
+from tea_notebook.runtime.event_types import ToolCreatedEvent, ToolDiscardedEvent, ToolReusedEvent
 from tea_notebook.runtime.runlog import Process
 
 if TYPE_CHECKING:
     from tea_notebook.models.client import ModelClient
     from tea_notebook.protocol.context import Context
-    from tea_notebook.workspace import Workspace
+    from tea_notebook.runtime.host import RunHost
 
 # the helper tests import (``from tea_check import raises``): no pytest needed in the sandbox
 TEA_CHECK = '''"""Helpers for generated tests."""
@@ -168,7 +169,7 @@ class ToolMaker:
 
     def __init__(
         self,
-        ws: "Workspace",
+        ws: "RunHost",
         *,
         model: str | None = None,
         client: "ModelClient | None" = None,
@@ -239,7 +240,7 @@ class ToolMaker:
         if not need.get("need_creation"):
             creation.status = "reused" if creation.reused else "native"
             for name in creation.reused:
-                proc.emit("tool_reused", {"tool": name})
+                proc.emit("tool_reused", ToolReusedEvent(tool=name))
             return []
         missing = json.dumps(need["missing_tools"], indent=1, ensure_ascii=False)
         specs = await ask_json(
@@ -410,7 +411,7 @@ class ToolMaker:
             report = await self._check(
                 proc, cand.name, cand.code, cand.tests, examples=examples, label=str(iteration), mutant=True
             )
-            cand.test_output = _report_text(report)
+            cand.test_output = report_text(report)
             proc.step(
                 "validate", {"tool": cand.name, "iteration": iteration}, cand.test_output, ok=bool(report.get("ok"))
             )
@@ -473,7 +474,7 @@ class ToolMaker:
             report = await self._check(
                 proc, cand.name, code, cand.tests, examples=cand.spec.get("examples") or [], label="edit"
             )
-            output = _report_text(report)
+            output = report_text(report)
             proc.step("validate", {"tool": cand.name, "edited": True}, output, ok=bool(report.get("ok")))
             if not report.get("ok"):  # the candidate keeps its validated code: accept() stays safe
                 raise EvolutionError("validate", f"the edited code does not pass: {report.get('error')}")
@@ -535,12 +536,12 @@ class ToolMaker:
         self.ws.events.emit(
             run_id,
             "tool_created",
-            {
-                "tool": cand.name,
-                "version": cand.tool.version,
-                "first_pass": cand.first_pass,
-                "fix_iterations": cand.fix_iterations,
-            },
+            ToolCreatedEvent(
+                tool=cand.name,
+                version=cand.tool.version,
+                first_pass=cand.first_pass,
+                fix_iterations=cand.fix_iterations,
+            ),
             flush=True,
         )
         if creation is not None:
@@ -554,12 +555,12 @@ class ToolMaker:
         self.ws.events.emit(
             run_id,
             "tool_discarded",
-            {
-                "tool": cand.name,
-                "reason": cand.reason,
-                "fix_iterations": cand.fix_iterations,
-                "first_pass": cand.first_pass,
-            },
+            ToolDiscardedEvent(
+                tool=cand.name,
+                reason=cand.reason,
+                fix_iterations=cand.fix_iterations,
+                first_pass=cand.first_pass,
+            ),
             flush=True,
         )
         if creation is not None:
@@ -767,7 +768,8 @@ def _same(got: Any, want: Any) -> bool:
     return got == want
 
 
-def _report_text(report: dict[str, Any]) -> str:
+def report_text(report: dict[str, Any]) -> str:
+    """A validation report as the short text shown for a candidate (what passed, each test, the error)."""
     lines = [
         "passed: imports, TOOL_CONFIG, examples and tests" if report.get("ok") else f"failed at {report.get('stage')}"
     ]

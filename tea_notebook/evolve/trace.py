@@ -149,24 +149,24 @@ class Trace:
     @property
     def created_tools(self) -> list[str]:
         """Tools the tool manager registered for this task."""
-        return _unique(n for r in self.recruits.values() for n in r.created_tools)
+        return unique(n for r in self.recruits.values() for n in r.created_tools)
 
     @property
     def reused_tools(self) -> list[str]:
         """Tools that existed before this task and were recruited for it."""
         created = set(self.created_tools)
         names = (n for r in self.recruits.values() for n in [*(t for t, _ in r.retrieved_tools), *r.reused_tools])
-        return [n for n in _unique(names) if n not in created]
+        return [n for n in unique(names) if n not in created]
 
     @property
     def new_agents(self) -> list[str]:
         """Expert agents created for this task."""
-        return _unique(r.agent.name for r in self.recruits.values() if r.agent_created)
+        return unique(r.agent.name for r in self.recruits.values() if r.agent_created)
 
     @property
     def retrieved_experiences(self) -> list[str]:
         """Experience entries retrieved into this task's prompts."""
-        return _unique(n for r in self.results.values() for n in r.experiences)
+        return unique(n for r in self.results.values() for n in r.experiences)
 
     def __repr__(self) -> str:
         done = f", judged {'success' if self.judgement.success else 'failure'}" if self.judgement else ""
@@ -197,7 +197,9 @@ class EvolutionResult:
     @property
     def trajectory(self) -> Any:
         """The recorded run with its nested tool-manager and agent runs."""
-        return self.workspace.trajectory(self.run_id)
+        from tea_notebook.runtime.trajectory import Trajectory
+
+        return Trajectory.load(self.workspace, self.run_id)
 
     def summary(self) -> str:
         """A readable account of the task: sub-tasks, assets, verdict, memory written."""
@@ -271,5 +273,6 @@ class EvolutionResult:
         }
 
 
-def _unique(items: Iterable[str]) -> list[str]:
+def unique(items: Iterable[str]) -> list[str]:
+    """``items`` without repeats, in first-seen order."""
     return list(dict.fromkeys(items))

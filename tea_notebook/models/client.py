@@ -103,7 +103,7 @@ def takes_images(model: str, override: bool | None = None) -> bool:
     if is_offline(model):
         return False
     try:
-        return bool(_litellm().supports_vision(model=model))
+        return bool(import_litellm().supports_vision(model=model))
     except Exception:  # noqa: BLE001 - unknown model: text only
         return False
 
@@ -163,7 +163,7 @@ def is_local(url: str | None) -> bool:
     return host in _LOCAL_HOSTS or host.startswith("127.")
 
 
-def _unreachable(exc: BaseException) -> BaseException | None:
+def _unreachable(exc: BaseException | None) -> BaseException | None:
     """The connection-refused (or unknown host) error inside ``exc``'s chain: not transient, so
     never retried."""
     import socket
@@ -182,7 +182,7 @@ def _friendly(model: str, exc: Exception) -> ModelError:
     kind = type(exc).__name__
     hint = ""
     try:
-        litellm = _litellm()
+        litellm = import_litellm()
         missing = litellm.validate_environment(model=model).get("missing_keys") or []
         if missing:
             hint = f" Set {', '.join(missing)} in the environment (or pass api_key=...)."
@@ -207,13 +207,13 @@ def _cost(model: str, response: Any, prompt: int, completion: int) -> float:
     if hidden.get("response_cost") is not None:
         return float(hidden["response_cost"])
     try:
-        a, b = _litellm().cost_per_token(model=model, prompt_tokens=prompt, completion_tokens=completion)
+        a, b = import_litellm().cost_per_token(model=model, prompt_tokens=prompt, completion_tokens=completion)
         return float(a + b)
     except Exception:  # noqa: BLE001 - unknown price: counted as 0 and said so in the ledger
         return 0.0
 
 
-def _litellm() -> Any:
+def import_litellm() -> Any:
     """Import litellm quietly and offline (no price-list download, no banner on errors, its loggers
     at ERROR unless ``LITELLM_LOG`` asks otherwise): every use of litellm in the package goes through
     here, so whichever comes first, nothing of litellm's prints into a cell."""
@@ -246,7 +246,7 @@ def _offline_response(model: str, messages: list[dict], tools: list[dict] | None
     return wrap(offline_reply(model.removeprefix("tea/"), messages, tools))
 
 
-def _tea_cause(exc: BaseException) -> TeaError | None:
+def _tea_cause(exc: BaseException | None) -> TeaError | None:
     """The TeaError that litellm wrapped, if any (our offline models raise those)."""
     seen = 0
     while exc is not None and seen < 6:
@@ -324,7 +324,10 @@ class ModelClient:
         ``defaults``: ``timeout`` / ``retries`` / ``api_base`` used where this client sets none."""
         offline = is_offline(model)  # served here directly: a scripted run never imports litellm
         # litellm's first import takes seconds: in a thread, so the loop (other runs, live views) goes on
-        litellm = None if offline else _litellm() if "litellm" in sys.modules else await asyncio.to_thread(_litellm)
+        if offline:
+            litellm: Any = None
+        else:
+            litellm = import_litellm() if "litellm" in sys.modules else await asyncio.to_thread(import_litellm)
         settings = self.settings(model, defaults)
         call = {**self.params, **params}
         base = settings["api_base"]
@@ -390,7 +393,7 @@ class ModelClient:
                 raise _friendly(model, exc) from None
         latency = time.perf_counter() - start
         message = response.choices[0].message
-        calls = []
+        calls: list[ToolCall] = []
         for tc in getattr(message, "tool_calls", None) or []:
             raw = tc.function.arguments or "{}"
             try:

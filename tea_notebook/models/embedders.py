@@ -12,12 +12,13 @@ import os
 import re
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Callable, Literal, Protocol, runtime_checkable
 
 from tea_notebook.errors import EmbeddingError
 
 if TYPE_CHECKING:  # numpy loads with the first embedding, not with the workspace
     import numpy as np
+    from tokenizers import Tokenizer
 
 DEFAULT_EMBEDDER = "minilm"
 
@@ -33,7 +34,8 @@ class Embedder(Protocol):
         ...
 
 
-_TRIM = None  # libc's malloc_trim once looked up; False where there is none (not glibc)
+# libc's malloc_trim once looked up; False where there is none (not glibc)
+_TRIM: Callable[[int], int] | Literal[False] | None = None
 
 
 def release_freed_heap() -> bool:
@@ -86,8 +88,8 @@ class MiniLMEmbedder:
         self.batch_size = batch_size
         self.max_tokens = max_tokens
         self.threads = threads or min(2, os.cpu_count() or 1)
-        self._session = None
-        self._tokenizer = None
+        self._session: Any = None  # an onnxruntime.InferenceSession once loaded (onnxruntime has no types)
+        self._tokenizer: Tokenizer | None = None
         self._lock = threading.Lock()
         self.trim_after_tokens = 256  # padded tokens in one embed call after which freed heap is returned
 
@@ -139,6 +141,7 @@ class MiniLMEmbedder:
         with self._lock:
             if self._session is None:
                 self._load()
+            assert self._tokenizer is not None  # loaded with the session
             order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
             out = np.empty((len(texts), self.dim), np.float32)
             padded = 0
@@ -187,7 +190,7 @@ class HashingEmbedder:
 class LiteLLMEmbedder:
     """A hosted (or local server) embedding model through ``litellm.embedding``."""
 
-    def __init__(self, model: str, **kwargs):
+    def __init__(self, model: str, **kwargs: Any) -> None:
         self.model = model
         self.kwargs = kwargs
         self.id = f"litellm:{model}"
@@ -199,9 +202,9 @@ class LiteLLMEmbedder:
         if not texts:
             return np.empty((0, 0), np.float32)
         try:
-            from tea_notebook.models.client import _litellm
+            from tea_notebook.models.client import import_litellm
 
-            response = _litellm().embedding(model=self.model, input=texts, **self.kwargs)
+            response = import_litellm().embedding(model=self.model, input=texts, **self.kwargs)
             rows = [item["embedding"] for item in response.data]
         except Exception as exc:  # noqa: BLE001 - provider errors come in many types
             raise EmbeddingError(f"embedding with {self.model!r} failed: {type(exc).__name__}: {exc}") from None

@@ -81,7 +81,7 @@ class ScriptedModel:
 
     def __init__(self, script: Iterable[Any] | Callable[[list[dict], list[dict]], Any], name: str | None = None):
         self._fn = script if callable(script) else None
-        self._items = None if callable(script) else list(script)
+        self._items: list[Any] = [] if callable(script) else list(script)
         self.calls: list[list[dict]] = []
         with self._lock:
             if name is None:

@@ -69,9 +69,9 @@ def ensure_registered() -> None:
     with _lock:
         if _registered:
             return
-        from tea_notebook.models.client import _litellm
+        from tea_notebook.models.client import import_litellm
 
-        litellm = _litellm()  # quietly, whoever imports it first
+        litellm = import_litellm()  # quietly, whoever imports it first
         from litellm import CustomLLM, ModelResponse
 
         class TeaProvider(CustomLLM):

@@ -15,9 +15,12 @@ import ast
 import json
 import pprint
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tea_notebook.errors import TeaError
+
+if TYPE_CHECKING:
+    from tea_notebook.runtime.events import Event
 
 #: the edit kinds each kind of run takes (the first one is the default of a bare ``--edit``)
 KINDS = {
@@ -179,7 +182,7 @@ def _literal(value: Any, indent: int) -> str:
     return text_literal(value) if isinstance(value, str) else value_literal(value, indent)
 
 
-def _stage_value(events: list[Any], run_id: str, stage: int | None) -> tuple[dict[str, Any], str]:
+def _stage_value(events: list["Event"], run_id: str, stage: int | None) -> tuple[dict[str, Any], str]:
     stages = [e.data for e in events if e.type == "stage"]
     if stage is None or isinstance(stage, bool) or not 1 <= stage <= len(stages):
         raise ForkCellError(f"run {run_id} has stages 1 to {len(stages)}; there is no stage {stage}")
@@ -189,7 +192,7 @@ def _stage_value(events: list[Any], run_id: str, stage: int | None) -> tuple[dic
     return value, f"the configuration of stage {stage}"
 
 
-def _message_value(events: list[Any], run_id: str, step: int | None) -> tuple[str, str]:
+def _message_value(events: list["Event"], run_id: str, step: int | None) -> tuple[str, str]:
     messages = [e.data for e in events if e.type == "message"]
     if step is None or not 1 <= step <= len(messages):
         raise ForkCellError(f"run {run_id} has messages 1 to {len(messages)}; there is no message {step} to edit")
@@ -197,7 +200,7 @@ def _message_value(events: list[Any], run_id: str, step: int | None) -> tuple[st
     return str(chosen.get("content", "")), f"message {step} (from {chosen.get('sender', '?')})"
 
 
-def _stored(events: list[Any], run_id: str, step: int | None) -> Any:
+def _stored(events: list["Event"], run_id: str, step: int | None) -> Any:
     from tea_notebook.runtime.forking import stored_steps
 
     steps = stored_steps(events, run_id)
@@ -208,7 +211,9 @@ def _stored(events: list[Any], run_id: str, step: int | None) -> Any:
     return steps[step]
 
 
-def _observation_value(ws: Any, events: list[Any], run_id: str, step: int | None, action: int) -> tuple[int, str, str]:
+def _observation_value(
+    ws: Any, events: list["Event"], run_id: str, step: int | None, action: int
+) -> tuple[int, str, str]:
     stored = _stored(events, run_id, step)
     results = stored.record.results if stored.complete else []
     if not results:
@@ -227,7 +232,7 @@ def _observation_value(ws: Any, events: list[Any], run_id: str, step: int | None
     return action, str(tool), text
 
 
-def _actions_value(events: list[Any], run_id: str, step: int | None) -> list[dict[str, Any]]:
+def _actions_value(events: list["Event"], run_id: str, step: int | None) -> list[dict[str, Any]]:
     stored = _stored(events, run_id, step)
     if not stored.calls:
         raise ForkCellError(

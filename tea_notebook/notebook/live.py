@@ -27,11 +27,12 @@ from typing import Any
 
 from tea_notebook.models.client import display_name
 from tea_notebook.runtime.cell_output import as_message_of, display_parent
+from tea_notebook.runtime.event_types import EventType, RunStatus
 from tea_notebook.runtime.events import Event
 from tea_notebook.runtime.render import (
-    _CSS,
-    _esc,
-    _field,
+    CSS,
+    esc_str,
+    field_text,
     header_html,
     stage_summary_html,
     staged_steps_html,
@@ -95,7 +96,7 @@ class _RunState:
     def __init__(self, agent: str, task: str, model: str, parent: str | None = None):
         self.agent, self.task, self.model = agent, task, model
         self.parent = parent
-        self.status = "running"
+        self.status: RunStatus = "running"
         self.steps: dict[int, StepView] = {}
         self.children: list[str] = []
         self.tokens = 0
@@ -107,6 +108,9 @@ class _RunState:
         self.messages: list[dict[str, Any]] = []
         self.timed_actions: list[tuple[float, dict[str, Any]]] = []
 
+
+#: the events that end a wait for a model's reply (the countdown stops)
+_ANSWERED: frozenset[EventType] = frozenset({"model_response", "run_finished", "error"})
 
 #: in the short live HTML: one line for each of this many steps before the last ones shown whole,
 #: the last messages of a conversation and the last sub-agents (keeps an update small on a long run)
@@ -120,7 +124,7 @@ def _step_line(step: StepView) -> str:
 
     def short(value: Any, limit: int) -> str:
         text = " ".join(str(value).split())
-        return _esc(text if len(text) <= limit else text[: limit - 1] + "…")
+        return esc_str(text if len(text) <= limit else text[: limit - 1] + "…")
 
     acts = []
     for a in step.actions:
@@ -128,7 +132,7 @@ def _step_line(step: StepView) -> str:
         args = a.get("arguments", "")
         shown = json.dumps(args, ensure_ascii=False, default=str) if isinstance(args, (dict, list)) else args
         acts.append(
-            f"<code{mark}>{_esc(a.get('name'))}({short(shown, 40)})</code> → {short(a.get('observation', ''), 60)}"
+            f"<code{mark}>{esc_str(a.get('name'))}({short(shown, 40)})</code> → {short(a.get('observation', ''), 60)}"
         )
     return f"<div class='muted'>step {step.number}: {'; '.join(acts) or '(no action)'}</div>"
 
@@ -206,7 +210,7 @@ class LiveView:
             timeout = float(d["timeout"])
             self.waiting[e.run_id] = (time.monotonic() + timeout, timeout, int(d.get("retries") or 0))
             self._tick()
-        elif e.type in ("model_response", "run_finished", "error"):
+        elif e.type in _ANSWERED:
             self.waiting.pop(e.run_id, None)
         if e.type == "stage":
             run.stages.append(dict(d))
@@ -244,8 +248,7 @@ class LiveView:
                     }
                     for i, (name, args, shown) in enumerate(d.get("results") or [])
                 ]
-            step.thinking, step.evaluation = d.get("thinking", ""), d.get("evaluation", "")
-            step.memory, step.next_goal = d.get("memory", ""), d.get("next_goal", "")
+            step.read_event(d)
             step.replayed = bool(d.get("replayed"))
         elif e.type == "error" and step is not None:
             step.errors.append(d.get("message", ""))
@@ -276,9 +279,10 @@ class LiveView:
         (the same, shorter); the whole run shows when it ends (the extension shows all of it live)."""
         run = self.runs[run_id]
         numbers = sorted(run.steps)
-        out = [f"<div><span class='muted'>task:</span> {_esc(_field(run.task)[:300])}</div>"] if not depth else []
+        task = esc_str(field_text(run.task)[:300])
+        out = [f"<div><span class='muted'>task:</span> {task}</div>"] if not depth else []
         if run.note and not depth:
-            out.append(f"<div class='muted'>{_esc(_field(run.note))}</div>")
+            out.append(f"<div class='muted'>{esc_str(field_text(run.note))}</div>")
         for i, stage in enumerate(run.stages):  # every stage's configuration (a run has few), the current one open
             out.append(f"<details{' open' if i == len(run.stages) - 1 else ''}>{stage_summary_html(stage)}</details>")
         shown = numbers[-tail:] if not depth else []
@@ -299,7 +303,8 @@ class LiveView:
             c = self.runs[child]
             inner = self._tail_html(child, tail, depth + 1) if depth < 2 else ""
             out.append(
-                f"<div class='muted'>sub-agent <b>{_esc(c.agent)}</b> · {_esc(c.status)} · {len(c.steps)} steps</div>"
+                f"<div class='muted'>sub-agent <b>{esc_str(c.agent)}</b> · {esc_str(c.status)} · "
+                f"{len(c.steps)} steps</div>"
                 f"<div style='margin-left:1em'>{inner}</div>"
             )
         return "".join(out)
@@ -307,9 +312,9 @@ class LiveView:
     def _run_html(self, run_id: str, depth: int = 0) -> str:
         run = self.runs[run_id]
         steps = [run.steps[k] for k in sorted(run.steps)]
-        out = [f"<div><span class='muted'>task:</span> {_esc(_field(run.task))}</div>"] if depth == 0 else []
+        out = [f"<div><span class='muted'>task:</span> {esc_str(field_text(run.task))}</div>"] if depth == 0 else []
         if run.note and depth == 0:
-            out.append(f"<div class='muted'>{_esc(_field(run.note))}</div>")
+            out.append(f"<div class='muted'>{esc_str(field_text(run.note))}</div>")
         out.append(staged_steps_html(run.stages, steps) if run.stages else "".join(step_html(s) for s in steps))
         conversation = bool(run.messages or run.threads)
         if conversation:
@@ -323,7 +328,7 @@ class LiveView:
             c = self.runs[child]
             state = "" if conversation else " open"  # a conversation's agents fold under their messages
             out.append(
-                f"<details{state}><summary>sub-agent <b>{_esc(c.agent)}</b> · {_esc(c.status)} · "
+                f"<details{state}><summary>sub-agent <b>{esc_str(c.agent)}</b> · {esc_str(c.status)} · "
                 f"{len(c.steps)} steps</summary>{self._run_html(child, depth + 1)}</details>"
             )
         return "".join(out)
@@ -346,11 +351,11 @@ class LiveView:
         header and the last ``tail`` steps)."""
         with self._lock:
             if self.root is None:
-                return f"{_CSS}<div class='tea-t'><span class='muted'>starting…</span></div>"
+                return f"{CSS}<div class='tea-t'><span class='muted'>starting…</span></div>"
             root = self.runs[self.root]
             steps, tokens, cost = self.totals()
             elapsed = f"<span class='muted'>{time.monotonic() - self.started:.1f} s</span>"
-            status = root.status
+            status: str = root.status  # or what the header says instead ("stopping…")
             extra = elapsed
             if status == "running" and self.stopping:
                 status = "stopping…"
@@ -366,7 +371,7 @@ class LiveView:
                 root.agent, display_name(root.model), status, steps, tokens, cost, extra, self.tree_steps()
             )
             body = self._run_html(self.root) if tail is None else self._tail_html(self.root, tail)
-            return f"{_CSS}<div class='tea-t'>{head}{body}</div>"
+            return f"{CSS}<div class='tea-t'>{head}{body}</div>"
 
     def bundle(self) -> Any:
         """The current view as a display bundle: the whole trajectory payload (``"live": true`` while
@@ -394,7 +399,7 @@ class LiveView:
             steps, tokens, cost = self.totals()
             total = self.tree_steps()
         head = header_html(root.agent, display_name(root.model), root.status, steps, tokens, cost, total=total)
-        return HTML(f"{_CSS}<div class='tea-t'>{head}</div>")
+        return HTML(f"{CSS}<div class='tea-t'>{head}</div>")
 
     def ended(self, value: Any) -> Any:
         """What the view becomes when the cell's run has ended and the cell returns ``value``: nothing
@@ -481,7 +486,7 @@ class LiveView:
 
         if handle.done() and handle._exception is None:
             return handle.result(0)
-        error = _esc(handle.error or "the run did not end")
+        error = esc_str(handle.error or "the run did not end")
         box = f"<div class='tea-t' style='color:#cf222e'>the run ended with an error: {error}</div>"
         return HTML(f"{self.summary().data}{box}")
 
@@ -532,7 +537,7 @@ class JobsView:
         cols = ["run", "agent", "status", "seconds", "task", "error"]
         head = "".join(f"<th style='text-align:left'>{c}</th>" for c in cols)
         body = "".join(
-            "<tr>" + "".join(f"<td style='text-align:left'>{_esc(str(r[c]))}</td>" for c in cols) + "</tr>"
+            "<tr>" + "".join(f"<td style='text-align:left'>{esc_str(str(r[c]))}</td>" for c in cols) + "</tr>"
             for r in self.rows
         )
         return f"<b>background runs</b><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
@@ -584,8 +589,8 @@ def _job_line(handle: Any) -> str:
     amber = "#9a6700"  # ended without a verified success, but not broken either
     color = {"running": "#0969da", "success": "#1a7f37", "stopping": amber, "interrupted": amber}
     color = color.get(r["status"], amber if r["status"] in ("unverified", "max_steps") else "#cf222e")
-    error = f" · <span style='color:#cf222e'>{_esc(r['error'])}</span>" if r["error"] else ""
+    error = f" · <span style='color:#cf222e'>{esc_str(r['error'])}</span>" if r["error"] else ""
     return (
-        f"<code>{_esc(r['run'])}</code> <b>{_esc(r['agent'])}</b> "
-        f"<span style='color:{color}'>{_esc(r['status'])}</span> · {r['seconds']} s · {_esc(r['task'])}{error}"
+        f"<code>{esc_str(r['run'])}</code> <b>{esc_str(r['agent'])}</b> "
+        f"<span style='color:{color}'>{esc_str(r['status'])}</span> · {r['seconds']} s · {esc_str(r['task'])}{error}"
     )

@@ -30,10 +30,10 @@ from tea_notebook.models.client import display_name, tokens_estimated
 from tea_notebook.runtime.render import (
     CONVERSATION_TOOLS,
     MIME_TYPE,
-    _field,
-    _stage_payload,
-    _step_payload,
+    field_text,
     message_items,
+    stage_payload,
+    step_payload,
     step_times,
     steps_label,
     thread_items,
@@ -65,7 +65,7 @@ def _header(view: "LiveView", run_id: str, whole: bool) -> dict[str, Any]:
     run = view.runs[run_id]
     out: dict[str, Any] = {"version": 1, "agent": run.agent}
     if whole:  # the task may be long: it does not change, so partial payloads leave it out
-        out.update(task=_field(run.task), model=display_name(run.model))
+        out.update(task=field_text(run.task), model=display_name(run.model))
     out.update(
         status=run.status,
         answer="",
@@ -88,8 +88,8 @@ def _run_payload(view: "LiveView", run_id: str, remember: bool = False) -> dict[
         _remember(view, run_id, run, threads, messages)
     return {
         **_header(view, run_id, whole=True),
-        "steps": [_step_payload(s) for s in steps],
-        "stages": [_stage_payload(st) for st in run.stages],
+        "steps": [step_payload(s) for s in steps],
+        "stages": [stage_payload(st) for st in run.stages],
         "threads": threads,
         "messages": messages,
         "children": [_run_payload(view, c, remember) for c in children],
@@ -125,9 +125,9 @@ def _run_delta(
     numbers = sorted(n for n in steps.get(run_id, ()) if n in run.steps)
     shown = [run.steps[n] for n in numbers]
     children = [c for c in run.children if c in view.runs]
-    out = {**_header(view, run_id, whole=False), "partial": True, "steps": [_step_payload(s) for s in shown]}
+    out = {**_header(view, run_id, whole=False), "partial": True, "steps": [step_payload(s) for s in shown]}
     if len(run.stages) > sent["stages"]:
-        out["stages"] = [_stage_payload(st) for st in run.stages[sent["stages"] :]]
+        out["stages"] = [stage_payload(st) for st in run.stages[sent["stages"] :]]
         sent["stages"] = len(run.stages)
     if run.threads:
         changed = _changed(sent["threads"], thread_items(run.threads.values()), "id")

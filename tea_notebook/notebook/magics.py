@@ -4,15 +4,16 @@
 a kernel interrupt (■, or the live view's Stop button, which asks the Jupyter server for one)
 arrives there as KeyboardInterrupt and becomes a cooperative stop, so the run ends as
 ``interrupted`` with its trajectory kept and the kernel usable.
+
+This module dispatches; the rules live beside it: which agent ``%%agent`` runs and which options
+reach it (:mod:`.agent_cell`, read from the agent kinds' registration), what ``%%tool`` registers
+(:mod:`.tool_cell`), the flags ``%tea`` shares with the ``tea`` command line (:mod:`.tea_parsers`,
+from :mod:`tea_notebook.flags`), and how listings display (:mod:`.listing`).
 """
 
 from __future__ import annotations
 
-import ast
 import shlex
-import string
-import textwrap
-from pathlib import Path
 from typing import Any, Callable
 
 from IPython.core.error import UsageError
@@ -21,13 +22,23 @@ from IPython.core.magic_arguments import MagicArgumentParser, argument, magic_ar
 from traitlets import Bool, Enum, Float, Integer, List, Unicode, observe
 
 from tea_notebook.errors import TeaError
+from tea_notebook.notebook.agent_cell import (
+    agent_for,
+    agent_help,
+    attached_files,
+    cell_options,
+    checked_steps,
+    interpolate,
+    kind_help,
+)
+from tea_notebook.notebook.listing import Listing, Text, record_rows, run_row
 
-HELP = """%tea subcommands:
+HELP_TEMPLATE = """%tea subcommands:
   %tea model [NAME]           show or set the workspace's default model
   %tea tools [QUERY]          browse or search tools        %tea agents [QUERY]   agents
   %tea envs [QUERY]           environments                  %tea memory [QUERY]   memory, experiences
   %tea toolkits [QUERY]       toolkits
-  %tea runs                   recent runs                   %tea show RUN         one run's trajectory
+  %tea runs [--limit N]       recent runs                   %tea show RUN         one run's trajectory
   %tea fork RUN --step N [--rerun-from K] [--model M] [--task TEXT] [--quiet]
                               replay RUN's first N steps (CORAL: messages), then go on live
                               (--rerun-from K: run the stored tool calls of steps K..N again)
@@ -57,74 +68,23 @@ HELP = """%tea subcommands:
   %tea egress [allow|deny|remove PATTERN... | only-allowed on|off]
                               where model-chosen network actions may go (browser, page reader, sandboxes);
                               local addresses only with host and port: %tea egress allow localhost:8765
-  %tea eval AGENT TASKS [--name N] [--model M] [--scorer gaia|exact|contains] [--concurrency N]
-            [--timeout S] [--max-steps N] [--max-tokens N] [--cost-cap USD] [--retry-errors]
-            [--limit N] [--engine local|ray] [--address A] [--epochs K] [--reducer mean|max|majority]
-            [--retries N] [--inspect-log PATH.eval] [--quiet]
+{eval}
                               evaluate an agent on a task set (a GAIA metadata.jsonl or folder, a JSONL /
                               CSV of questions and answers, or "sample"); the same --name resumes
   %tea eval show NAME         stored results of an evaluation   %tea eval list   all evaluations
-  %tea doctor [MODEL] [--api-base URL]
+{doctor}
                               preflight a model: key, tool calls, JSON mode, context, latency, price
   %tea help
 Cell magics: %%tool [--name N] [--toolkit T] [--category C]   and   %%agent [AGENT] [options] (see %%agent?)"""
 
 
-class _Listing(list):
-    """A list of records that displays as a table (HTML) and reads as text."""
+def help_text() -> str:
+    """``%tea help``: the subcommands, the shared ones' flags from the flag table."""
+    from tea_notebook.notebook.tea_parsers import synopsis
 
-    def __init__(self, rows: list[dict[str, Any]], title: str):
-        super().__init__(rows)
-        self.title = title
-
-    def _repr_html_(self) -> str:
-        import html
-
-        if not self:
-            return f"<p><i>{html.escape(self.title)}: none</i></p>"
-        cols = list(self[0])
-        head = "".join(f"<th style='text-align:left'>{html.escape(c)}</th>" for c in cols)
-        body = "".join(
-            "<tr>"
-            + "".join(f"<td style='text-align:left'>{html.escape(str(r.get(c, '')))}</td>" for c in cols)
-            + "</tr>"
-            for r in self
-        )
-        return f"<b>{html.escape(self.title)}</b><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-
-    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
-        p.text(f"{self.title} ({len(self)})\n")
-        for r in self:
-            p.text("  " + " | ".join(str(v) for v in r.values()) + "\n")
-
-
-class _Text(str):
-    """Text that displays as itself (not as a quoted string) in a notebook."""
-
-    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
-        p.text(str(self))
-
-    def _repr_html_(self) -> str:
-        import html
-
-        return f"<pre>{html.escape(str(self))}</pre>"
-
-
-def _record_rows(records: list[Any]) -> list[dict[str, Any]]:
-    """Table rows of just-registered tools (what ``%%tool`` shows)."""
-    rows = []
-    for r in records:
-        row: dict[str, Any] = {"name": r.name, "v": r.version, "category": r.category, "description": r.description}
-        parameters = getattr(r, "parameters", None)
-        if parameters is not None:
-            props = parameters.get("properties", {})
-            required = set(parameters.get("required", []))
-            row["parameters"] = ", ".join(f"{p}{'' if p in required else '?'}" for p in props)
-        usage = getattr(r, "usage", None)
-        if usage is not None:
-            row["calls"] = usage.calls
-        rows.append(row)
-    return rows
+    return HELP_TEMPLATE.format(
+        eval=synopsis("eval", "  %tea eval AGENT TASKS"), doctor=synopsis("doctor", "  %tea doctor [MODEL]")
+    )
 
 
 @magics_class
@@ -207,24 +167,20 @@ class TeaMagics(Magics):
 
     # -- %tea -----------------------------------------------------------------------------
     def _doctor(self, words: list[str]) -> Any:
-        """``%tea doctor [MODEL] [--api-base URL]`` → the model's preflight report (default: the
-        workspace's model)."""
+        """``%tea doctor [MODEL] [--model M] [--api-base URL] [--timeout S]`` → the model's preflight
+        report (default: the workspace's model)."""
         from tea_notebook.eval.doctor import preflight
         from tea_notebook.models.client import resolve_model
+        from tea_notebook.notebook.tea_parsers import USAGE, parse
 
-        api_base = None
-        if "--api-base" in words:
-            at = words.index("--api-base")
-            if at + 1 >= len(words):
-                raise UsageError("usage: %tea doctor [MODEL] [--api-base URL]")
-            api_base = words[at + 1]
-            words = words[:at] + words[at + 2 :]
-        if len(words) > 1:
-            raise UsageError("usage: %tea doctor [MODEL] [--api-base URL]")
+        args = parse("doctor", words)
+        if args.model_word and args.model:
+            raise UsageError(USAGE["doctor"])
         ws = self.workspace
-        model = words[0] if words else resolve_model(None, None, self.default_model or ws.default_model)[0]
+        model = args.model_word or args.model
+        model = model or resolve_model(None, None, self.default_model or ws.default_model)[0]
         try:
-            return preflight(model, ws=ws, api_base=api_base)
+            return preflight(model, ws=ws, api_base=args.api_base, timeout=args.timeout)
         except TeaError as exc:
             raise UsageError(str(exc)) from None
 
@@ -233,7 +189,7 @@ class TeaMagics(Magics):
         """Workspace, registries and runs; ``%tea help`` lists the subcommands."""
         words = line.split()
         if not words or words[0] == "help":
-            return _Text(HELP)
+            return Text(help_text())
         cmd, rest = words[0], words[1:]
         if cmd in ("create-tool", "evolve"):
             tail = line.strip()[len(cmd) :]
@@ -260,12 +216,12 @@ class TeaMagics(Magics):
                 if rest:
                     ws.default_model = rest[0]
                 if self.default_model:
-                    return _Text(f"{display_name(self.default_model)} (from %config TeaMagics.default_model)")
+                    return Text(f"{display_name(self.default_model)} (from %config TeaMagics.default_model)")
                 model, source = resolve_model(None, None, ws.default_model)
                 label = {"workspace": "the workspace default", "default": "no model set: the offline demo"}.get(
                     source, source
                 )
-                return _Text(f"{display_name(model)} (from {label})")
+                return Text(f"{display_name(model)} (from {label})")
             if cmd == "memory":
                 from tea_notebook.notebook.memory_view import MemoryExplorer
 
@@ -280,7 +236,9 @@ class TeaMagics(Magics):
 
                 return JobsView(ws.jobs)
             if cmd == "runs":
-                return _Listing([_run_row(ws, r) for r in ws.runs()], "runs")
+                from tea_notebook.notebook.tea_parsers import parse
+
+                return Listing([run_row(ws, r) for r in ws.runs(parse("runs", rest).limit)], "runs")
             if cmd == "show":
                 return ws.trajectory(self._arg(rest, "RUN"))
             if cmd == "versions":
@@ -289,7 +247,7 @@ class TeaMagics(Magics):
                     {"version": v.version, "hash": v.hash[:12], "current": v.current, "note": v.note}
                     for v in ws.tools.versions(name)
                 ]
-                return _Listing(rows, f"versions of {name}")
+                return Listing(rows, f"versions of {name}")
             if cmd == "rollback":
                 if len(rest) != 2 or not rest[1].isdigit():
                     raise UsageError("usage: %tea rollback NAME VERSION")
@@ -327,7 +285,7 @@ class TeaMagics(Magics):
                     raise UsageError(usage)
             except ValueError as exc:
                 raise UsageError(f"%tea egress {sub}: {exc}") from None
-        return _Text(policy.describe())
+        return Text(policy.describe())
 
     # -- %tea create-tool / evolve ----------------------------------------------------------
     def _create_tool(self, tail: str) -> Any:
@@ -446,7 +404,7 @@ class TeaMagics(Magics):
         except TeaError as exc:
             raise UsageError(f"%tea fork --edit: {_short(exc, 600)}") from None
         self.shell.set_next_input(cell.code, replace=False)
-        return _Text(f"the cell below forks the run with {cell.what} edited: change it there, then run that cell")
+        return Text(f"the cell below forks the run with {cell.what} edited: change it there, then run that cell")
 
     def _workspace_name(self, ws: Any) -> tuple[str, str]:
         """How a prefilled cell names the magics' workspace: a variable already bound to it, else
@@ -537,37 +495,20 @@ class TeaMagics(Magics):
         ws = self.workspace
         if words[:1] == ["list"]:
             rows = [{k: r[k] for k in ("name", "tasks", "correct", "errors")} for r in ws.evaluations()]
-            return _Listing(rows, "evaluations")
+            return Listing(rows, "evaluations")
         if words[:1] == ["show"]:
             try:
                 return ws.evaluation(self._arg(words[1:], "NAME"))
             except TeaError as exc:
                 raise UsageError(str(exc)) from None
-        parser = MagicArgumentParser(prog="%tea eval", add_help=False)
-        parser.add_argument("agent")
-        parser.add_argument("tasks")
-        parser.add_argument("--name")
-        parser.add_argument("--model")
-        parser.add_argument("--scorer", default="gaia", choices=["gaia", "exact", "contains"])
-        parser.add_argument("--concurrency", type=int, default=1)
-        parser.add_argument("--timeout", type=float)
-        parser.add_argument("--max-steps", dest="max_steps", type=int)
-        parser.add_argument("--max-tokens", dest="max_tokens", type=int)
-        parser.add_argument("--cost-cap", dest="cost_cap", type=float)
-        parser.add_argument("--retry-errors", dest="retry_errors", action="store_true")
-        parser.add_argument("--limit", type=int)
-        parser.add_argument("--engine", default="local", choices=["local", "ray"])
-        parser.add_argument("--address")
-        parser.add_argument("--epochs", type=int, default=1)
-        parser.add_argument("--reducer", default="mean")
-        parser.add_argument("--retries", type=int, default=3)
-        parser.add_argument("--inspect-log", dest="inspect_log")
-        parser.add_argument("--quiet", action="store_true", help="no progress bar")
+        from tea_notebook.flags import EVAL_OPTIONS
+        from tea_notebook.notebook.tea_parsers import USAGE, magic_parser
+
         if len(words) < 2:
-            raise UsageError("usage: %tea eval AGENT TASKS [options] (TASKS: a path or 'sample'); %tea help")
-        args = parser.parse_args(words)
+            raise UsageError(USAGE["eval"])
+        args = magic_parser("eval").parse_args(words)
         if args.max_steps is not None:
-            _checked(args.max_steps, "--max-steps")
+            checked_steps(args.max_steps, "--max-steps")
         from tea_notebook.eval.runner import evaluate
 
         tasks: Any = args.tasks
@@ -575,27 +516,7 @@ class TeaMagics(Magics):
             from tea_notebook.eval.datasets import sample_path
 
             tasks = sample_path()
-        options = {
-            k: getattr(args, k)
-            for k in (
-                "name",
-                "model",
-                "scorer",
-                "concurrency",
-                "timeout",
-                "max_steps",
-                "max_tokens",
-                "cost_cap",
-                "retry_errors",
-                "limit",
-                "engine",
-                "address",
-                "epochs",
-                "reducer",
-                "retries",
-                "inspect_log",
-            )
-        }
+        options = {k: getattr(args, k) for k in EVAL_OPTIONS}
         if args.model is None and self.default_model:
             options["model"] = self.default_model
         try:
@@ -622,10 +543,10 @@ class TeaMagics(Magics):
                     for kit in ws.toolkits.list(_usage=False)
                     if kit.origin == "mcp"
                 ]
-                return _Listing(rows, "MCP servers")
+                return Listing(rows, "MCP servers")
             if sub == "remove" and len(words) == 2:
                 removed = ws.tools.remove_mcp(words[1])
-                return _Text(f"removed MCP server {words[1]} and its tools: {', '.join(removed) or '(none)'}")
+                return Text(f"removed MCP server {words[1]} and its tools: {', '.join(removed) or '(none)'}")
         except TeaError as exc:
             raise UsageError(f"%tea mcp {sub}: {_short(exc, 800)}") from None
         raise UsageError(
@@ -667,7 +588,7 @@ class TeaMagics(Magics):
             prefix=args.prefix,
             timeout=args.timeout,
         )
-        return _Listing(_record_rows(report.tools), f"MCP server {args.name}: registered tools")
+        return Listing(record_rows(report.tools), f"MCP server {args.name}: registered tools")
 
     def _model_for(self, what: str, explicit: str | None) -> str:
         """The model a self-evolution subcommand uses; the offline demo cannot do this, so none is an error."""
@@ -696,48 +617,16 @@ class TeaMagics(Magics):
     @cell_magic
     def tool(self, line: str, cell: str) -> Any:
         """Register the functions the cell defines as tools (their source kept exactly as written)."""
-        args = parse_argstring(self.tool, line)
-        try:
-            tree = ast.parse(cell)
-        except SyntaxError as exc:
-            raise UsageError(f"the cell is not valid Python: {exc}") from None
-        defs = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
-        if not defs:
-            raise UsageError("%%tool needs a cell that defines at least one function")
-        if args.name and len(defs) > 1:
-            raise UsageError("--name works only when the cell defines one function")
-        result = self.shell.run_cell(cell, silent=True, store_history=False)
-        if not result.success:
-            raise UsageError(f"the cell raised {type(result.error_in_exec).__name__}: {result.error_in_exec}")
-        from tea_notebook.protocol.tools import make_tool
+        from tea_notebook.notebook.tool_cell import register_cell_tools
 
-        registered = []
-        try:
-            for node in defs:
-                fn = self.shell.user_ns[node.name]
-                # whole lines, decorators and trailing comments included, exactly as written
-                first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
-                source = textwrap.dedent("\n".join(cell.splitlines()[first - 1 : node.end_lineno]))
-                source = _with_imports(self.shell, node, source)
-                built = make_tool(fn, name=args.name, toolkit=args.toolkit, category=args.category, source=source)
-                registered.append(self.workspace.tools.register(built))
-        except TeaError as exc:
-            raise UsageError(str(exc)) from None
-        return _Listing(_record_rows(registered), "registered tools")
+        args = parse_argstring(self.tool, line)
+        registered = register_cell_tools(self.shell, self.workspace, cell, args.name, args.toolkit, args.category)
+        return Listing(record_rows(registered), "registered tools")
 
     # -- %%agent --------------------------------------------------------------------------
     @magic_arguments()
-    @argument(
-        "agent",
-        nargs="?",
-        default="agent",
-        help="agent name (registered ones keep their settings); researcher, analyzer, browser_use, orchestra, "
-        "toolself and coral build those agents on first use",
-    )
-    @argument(
-        "--kind",
-        help="build a new agent of this kind: agent, researcher, analyzer, browser_use, orchestra, toolself, coral",
-    )
+    @argument("agent", nargs="?", default="agent", help=agent_help())
+    @argument("--kind", help=kind_help())
     @argument("--file", action="append", default=[], help="attach a file to the run (repeatable)")
     @argument("--model", help="litellm model name, or tea/test, tea/demo, tea/replay:PATH")
     @argument(
@@ -772,27 +661,11 @@ class TeaMagics(Magics):
         if not task:
             raise UsageError("%%agent needs the task in the cell body")
         if args.interpolate:
-            task = self._interpolate(task)
+            task = interpolate(task, self.shell.user_ns)
         ws = self.workspace
-        options: dict[str, Any] = {}
-        if args.max_steps is not None:
-            options["max_steps"] = _checked(args.max_steps, "--max-steps")
-        if args.tools:
-            options["tools"] = [t.strip() for t in args.tools.split(",") if t.strip()]
-            try:  # a typo fails here, before a run is started and stored
-                ws.tools.require(options["tools"], "--tools")
-            except TeaError as exc:
-                raise UsageError(str(exc)) from None
-        if args.env:
-            options["envs"] = args.env
-        files = [str(Path(f).expanduser().resolve()) for f in args.file]
-        missing = [f for f in files if not Path(f).is_file()]
-        if missing:
-            raise UsageError(f"--file: no such file {', '.join(missing)}")
-        try:
-            agent = _agent_for(ws, args.agent, args.kind, options)
-        except (TeaError, ValueError, TypeError) as exc:
-            raise UsageError(str(exc)) from None
+        options = cell_options(ws, args)
+        files = attached_files(args.file)
+        agent = agent_for(ws, args.agent, args.kind, options)
         if args.background:
             handle = self._start(
                 agent, task, args.model or self.default_model, args.quiet, args.grant, files, args.api_base
@@ -814,18 +687,6 @@ class TeaMagics(Magics):
         if result.status == "error":
             raise UsageError(f"the run ended with an error: {result.error} (run {result.run_id}; %tea show to see it)")
         return result
-
-    def _interpolate(self, task: str) -> str:
-        try:
-            names = [f for _, f, _, _ in string.Formatter().parse(task) if f is not None]
-            if any(not n.isidentifier() for n in names):
-                raise ValueError("only {name} of a variable can be interpolated")
-            missing = [n for n in names if n not in self.shell.user_ns]
-            if missing:
-                raise UsageError(f"--interpolate: no variable named {', '.join(missing)}")
-            return task.format_map({n: self.shell.user_ns[n] for n in names})
-        except (ValueError, KeyError, IndexError, AttributeError) as exc:
-            raise UsageError(f"--interpolate: {exc} (write {{{{ and }}}} for literal braces)") from None
 
     def _run(
         self,
@@ -910,77 +771,6 @@ class TeaMagics(Magics):
             if view is not None:
                 view.close(final=view.ended(result))  # a run shown as the cell's value: its header once
         return result
-
-
-def _run_row(ws: Any, r: dict[str, Any]) -> dict[str, Any]:
-    """One row of ``%tea runs``: tokens with its sub-runs, marked ``~… (estimated)`` for a scripted model."""
-    from tea_notebook.models.client import tokens_estimated
-
-    prompt, completion, _cost = ws.db.model_usage(ws.db.descendants(r["id"]))
-    tokens = f"{prompt + completion:,}"
-    if tokens_estimated(r.get("model") or ""):
-        tokens = f"~{tokens} (estimated)"
-    return {"run": r["id"], "agent": r["agent"], "status": r["status"], "tokens": tokens, "task": r["task"][:80]}
-
-
-def _with_imports(shell: Any, node: ast.FunctionDef | ast.AsyncFunctionDef, source: str) -> str:
-    """The tool's source preceded by the imports (from other cells) its body reads, so the stored
-    record rebuilds it after a restart; names no import brings back are warned about."""
-    import warnings
-
-    from tea_notebook.notebook.cell_imports import needed_imports
-
-    history = list(getattr(getattr(shell, "history_manager", None), "input_hist_parsed", None) or [])
-    imports, missing = needed_imports(node, shell.user_ns, history)
-    if missing:
-        warnings.warn(
-            f"%%tool {node.name}: it uses {', '.join(missing)} from the notebook, which the stored tool does not "
-            "include: after a kernel restart (or in another process) it fails with NameError. Define them inside "
-            "the function, pass them as arguments, or import them.",
-            stacklevel=2,
-        )
-    return "\n".join(imports) + "\n\n\n" + source if imports else source
-
-
-def _agent_for(ws: Any, name: str, kind: str | None, options: dict[str, Any]) -> Any:
-    """The agent ``%%agent NAME`` runs: a registered one (this cell's options apply to this run
-    only), a new one of ``--kind``, a specialist by its shortcut name, or a new plain agent."""
-    from tea_notebook.agents.kinds import SHORTCUTS, build, make
-
-    if kind is None and name not in ws.agents and name in SHORTCUTS:
-        kind, name = SHORTCUTS[name]
-    if name not in ws.agents:
-        make(ws, kind or "agent", name)  # the agent's card, with the kind's own settings
-    rec = ws.agents.get(name)
-    registered = rec.metadata.get("kind") or "agent"
-    if kind is not None and registered != kind:
-        raise TeaError(f"agent {name!r} is registered with kind {registered!r}, not {kind!r}")
-    if registered == "coral" and options:
-        unusable = sorted(set(options) - {"max_steps"})
-        if unusable:
-            raise TeaError(
-                f"--{unusable[0].replace('_', '-')} does not apply to a CORAL team (set its workers instead)"
-            )
-    if rec.metadata.get("kind") in ("researcher", "analyzer") and options:
-        unusable = sorted(set(options) - {"max_steps"})
-        if unusable:
-            flag = unusable[0].replace("_", "-")
-            raise TeaError(f"--{flag} does not apply to the {rec.metadata['kind']} (a workflow agent)")
-        options = {"max_rounds": options["max_steps"]}
-    agent = build(ws, name, **options)
-    if not callable(getattr(agent, "run", None)):
-        raise TeaError(f"agent {name!r} ({registered}) runs only as a sub-agent: delegate to it from a planner")
-    return agent
-
-
-def _checked(max_steps: int, flag: str) -> int:
-    """A step limit from a flag, checked as the Python API checks ``max_steps`` (0 is refused)."""
-    from tea_notebook.runtime.agent import check_max_steps
-
-    try:
-        return check_max_steps(max_steps, flag)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
 
 
 def _split(tail: str) -> list[str]:

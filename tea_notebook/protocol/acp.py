@@ -110,7 +110,7 @@ class AgentRegistry(Registry[AgentRecord]):
                 self._runtimes[name] = runner
         return runner, f"agent {name!r} has no runner in this process"
 
-    def _runner_call(self, name: str, context: Context | None):
+    def _runner_call(self, name: str, context: Context | None) -> Callable[[dict[str, Any]], Any]:
         runner, missing = self._runner(name)
 
         def call(args: dict[str, Any]) -> Any:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
-    from tea_notebook.workspace import Workspace
+    from tea_notebook.protocol.store_host import StoreHost
 
 
 class Context:
@@ -116,7 +116,7 @@ class ToolContext:
     killed) should check it between steps and return without finishing its side effects.
     """
 
-    workspace: "Workspace | None"
+    workspace: "StoreHost | None"
     context: Context
     tool: str
     state: dict[str, Any] = field(default_factory=dict)

@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Protocol
 from tea_notebook._threads import SYNC_THREADS, run_sync_call
 from tea_notebook.errors import NotFoundError, RegistryError
 from tea_notebook.protocol.context import Context
-from tea_notebook.protocol.records import EnvironmentRecord
+from tea_notebook.protocol.records import ActionSpec, EnvironmentRecord
 from tea_notebook.protocol.registry import InvokeResult, Registry, not_found_result
 
 if TYPE_CHECKING:
-    from tea_notebook.workspace import Workspace
+    from tea_notebook.protocol.store_host import StoreHost
 
 
 class LiveEnvironment(Protocol):
@@ -112,10 +112,12 @@ class EnvironmentRegistry(Registry[EnvironmentRecord]):
 
     def __init__(
         self,
-        workspace: "Workspace",
+        workspace: "StoreHost",
         record_type: type[EnvironmentRecord] = EnvironmentRecord,
         *,
-        manager_factory: "Callable[[Workspace], SessionProvider] | None" = None,
+        # called with ``workspace``, which the layer above that provides the factory knows as more
+        # than a StoreHost (envs' SessionManager takes a RunHost): hence Any
+        manager_factory: "Callable[[Any], SessionProvider] | None" = None,
         builtins: Mapping[str, Any] | None = None,
     ):
         super().__init__(workspace, record_type)
@@ -146,7 +148,9 @@ class EnvironmentRegistry(Registry[EnvironmentRecord]):
             self._manager = self._manager_factory(self.workspace)
         return self._manager
 
-    def add(self, env: Any, *, name: str | None = None, description: str | None = None, **config: Any):
+    def add(
+        self, env: Any, *, name: str | None = None, description: str | None = None, **config: Any
+    ) -> EnvironmentRecord:
         """Register a live environment class (or ``"module:Class"``) with its options; one session
         per run is started on the first action and stopped when the run ends.
 
@@ -195,7 +199,7 @@ class EnvironmentRegistry(Registry[EnvironmentRecord]):
         from tea_notebook._sync import run_sync
 
         runtime = self._runtimes.get(name)
-        if not hasattr(runtime, "session"):
+        if runtime is None or not hasattr(runtime, "session"):
             raise NotFoundError(f"environment {name!r} has no live session to reset")
 
         async def work(env: Any) -> str:
@@ -226,7 +230,9 @@ class EnvironmentRegistry(Registry[EnvironmentRecord]):
         getter = getattr(self._runtimes.get(name), "vision", None)
         return getter(context) if callable(getter) else None
 
-    def _action_call(self, env: str, action: str, context: Context):
+    def _action_call(
+        self, env: str, action: str, context: Context
+    ) -> tuple[EnvironmentRecord, ActionSpec, Callable[[dict[str, Any]], Any]]:
         rec = self.get(env)
         spec = rec.action(action)
         if spec is None:

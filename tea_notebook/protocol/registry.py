@@ -8,6 +8,7 @@ Route, Invoke, plus get / list / search / versions / rollback / unregister.
 
 from __future__ import annotations
 
+import builtins
 import hashlib
 import inspect
 import json
@@ -17,7 +18,7 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Generic, Iterable, Iterator, TypeVar
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Generic, Iterable, Iterator, TypeVar, cast
 
 from pydantic import ValidationError
 
@@ -31,9 +32,11 @@ from tea_notebook.protocol.schema import ArgumentValidator, argument_problems, n
 from tea_notebook.store.vectors import VectorIndex
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     import numpy as np
 
-    from tea_notebook.workspace import Workspace
+    from tea_notebook.protocol.store_host import StoreHost
 else:  # numpy loads when vectors are first touched, not with the workspace
     np = LazyModule("numpy", globals(), "np")
 
@@ -86,6 +89,7 @@ class InvokeResult:
         """A compact text form for a model's next prompt."""
         if self.ok:
             return self.value if isinstance(self.value, str) else json.dumps(self.value, default=str)
+        assert self.error is not None  # a failed result always carries its error
         return f"Error ({self.error['type']}): {self.error['message']}"
 
 
@@ -101,7 +105,7 @@ class Registry(Generic[R]):
 
     record_type: type[R]
 
-    def __init__(self, workspace: "Workspace", record_type: type[R]):
+    def __init__(self, workspace: "StoreHost", record_type: type[R]):
         self.workspace = workspace
         self.record_type = record_type
         self.kind = record_type.KIND
@@ -339,10 +343,10 @@ class Registry(Generic[R]):
         lines.append(f"versions: {len(self.versions(name))}")
         return "\n".join(lines)
 
-    def _describe_extra(self, record: R) -> list[str]:
+    def _describe_extra(self, record: R) -> builtins.list[str]:
         return []
 
-    def versions(self, name: str) -> list[VersionInfo]:
+    def versions(self, name: str) -> builtins.list[VersionInfo]:
         """Every version of a record, oldest first, the current one marked."""
         history = self._db.history(self.kind, name)
         if not history:
@@ -394,6 +398,7 @@ class Registry(Generic[R]):
                     self._records.pop(name, None)
                     continue
                 doc = self._ids.get(name) or self._db.entity_id(self.kind, name)
+                assert doc is not None  # the name has a head, so it has an entity
                 self._ids[name], self._names[doc] = doc, name
                 self._texts[name] = head.text
                 self._views[name] = head.views
@@ -411,11 +416,11 @@ class Registry(Generic[R]):
             self._records = {v.name: self._parse(v.data, v.version) for v in self._db.heads(self.kind)}
         self._seq = last
 
-    def _vector_file(self):
+    def _vector_file(self) -> Path:
         slug = hashlib.sha1(self.workspace.embedder.id.encode()).hexdigest()[:10]
         return self.workspace.path / "vectors" / f"{self.kind}-{slug}.faiss"
 
-    def _embed(self, texts: list[str]) -> np.ndarray:
+    def _embed(self, texts: builtins.list[str]) -> np.ndarray:
         embedder = self.workspace.embedder
         try:
             vecs = np.asarray(embedder.embed(texts), dtype=np.float32)
@@ -432,7 +437,7 @@ class Registry(Generic[R]):
             )
         return vecs
 
-    def _vectors_for(self, names: list[str]) -> np.ndarray:
+    def _vectors_for(self, names: builtins.list[str]) -> np.ndarray:
         """Record vectors: the normalised weighted sum of the record's view embeddings.
 
         Both record vectors and view vectors are cached in the database by content hash, so
@@ -544,7 +549,7 @@ class Registry(Generic[R]):
 
     def search(
         self, query: str, k: int = 5, *, mode: str = "hybrid", keyword_weight: float = 0.2, **where: Any
-    ) -> list[SearchHit[R]]:
+    ) -> builtins.list[SearchHit[R]]:
         """Top-k records for a query: ``mode`` is ``hybrid`` (BM25 + embeddings), ``semantic`` or ``keyword``.
 
         ``where`` filters by field equality first (``category="web"``, ``toolkit="browser"``).
@@ -559,7 +564,7 @@ class Registry(Generic[R]):
 
     def _ranked(
         self, query: str, k: int, mode: str, keyword_weight: float, where: dict[str, Any]
-    ) -> tuple[list[tuple[int, float, float, float]], dict[str, tuple]]:
+    ) -> tuple[builtins.list[tuple[int, float, float, float]], dict[str, tuple]]:
         """The work of :meth:`search`: the best ``k`` ``(id, score, cosine, keyword)`` with the usage
         prior applied, and the usage statistics the prior was computed from (``route`` decorates its
         records with them instead of reading them again)."""
@@ -607,7 +612,7 @@ class Registry(Generic[R]):
 
     def similar(
         self, query: "str | R", k: int = 5, threshold: float | None = None, **where: Any
-    ) -> list[tuple[R, float]]:
+    ) -> builtins.list[tuple[R, float]]:
         """Records by pure cosine similarity, best first: ``[(record, cosine), ...]``.
 
         ``query`` is a text (embedded like a search query) or a record of this registry's type (its
@@ -675,7 +680,7 @@ class Registry(Generic[R]):
         missing = [t for t in texts if _text_key(t) not in view_vecs]
         fresh = {_text_key(t): v for t, v in zip(missing, self._embed(missing))} if missing else {}
         view_vecs.update(fresh)
-        vec = sum(w * view_vecs[_text_key(t)] for t, w in views)
+        vec = cast("np.ndarray", sum(w * view_vecs[_text_key(t)] for t, w in views))  # views are never empty
         vec = (vec / max(float(np.linalg.norm(vec)), 1e-12)).astype(np.float32)
         fresh[key] = vec
         self._db.put_vectors(eid, fresh)
@@ -714,7 +719,9 @@ class Registry(Generic[R]):
         return context
 
     # -- Route --------------------------------------------------------------------------
-    def route(self, query: str | None = None, context: Context | None = None, *, k: int = 10, **where: Any) -> list[R]:
+    def route(
+        self, query: str | None = None, context: Context | None = None, *, k: int = 10, **where: Any
+    ) -> builtins.list[R]:
         """Candidates for a request: retrieved (if ``query``), limited to what ``context`` binds,
         and pruned by the relation graph (see :meth:`_admissible`)."""
         if query:
@@ -744,12 +751,12 @@ class Registry(Generic[R]):
                 raise NotFoundError(self._missing(name))
             yield record
 
-    def prune(self, candidates: list[R], context: Context | None = None) -> list[R]:
+    def prune(self, candidates: builtins.list[R], context: Context | None = None) -> builtins.list[R]:
         """Keep the candidates the relation graph admits, in order (see :meth:`_admissible`)."""
         self._refresh_heads()  # dependencies are looked up in the cache of heads, as of now
         return self._prune(candidates, context)
 
-    def _prune(self, candidates: Iterable[R], context: Context | None, limit: int | None = None) -> list[R]:
+    def _prune(self, candidates: Iterable[R], context: Context | None, limit: int | None = None) -> builtins.list[R]:
         """:meth:`prune` with the heads already refreshed, stopping once ``limit`` are chosen (a
         candidate's admission depends only on those before it, so the first ``limit`` are the same)."""
         chosen: list[R] = []
@@ -783,7 +790,7 @@ class Registry(Generic[R]):
         return not any(c in taken and c != cand.name for c in cand.related("conflicts_with"))
 
     # -- relation graph -----------------------------------------------------------------
-    def graph(self, type_: str | None = None) -> list[tuple[str, str, str]]:
+    def graph(self, type_: str | None = None) -> builtins.list[tuple[str, str, str]]:
         """Edges ``(source, type, target)`` of the relation graph over current records."""
         return [
             (rec.name, rel.type, rel.target)
@@ -876,7 +883,7 @@ class Registry(Generic[R]):
             except Exception as exc:  # noqa: BLE001 - statistics must not fail a call
                 log.warning("could not record usage of %s: %s", ", ".join(r[0] for r in pending), exc)
 
-    def take_usage(self) -> list[tuple]:
+    def take_usage(self) -> builtins.list[tuple]:
         """Pending invocation counts, handed over to be written by the caller (the agent loop writes
         them in its step's one transaction): rows for :meth:`Database.record_uses`."""
         with self._lock:

@@ -50,7 +50,9 @@ class KeywordIndex:
         self._arrays: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         # a term's BM25 contributions, kept until the term's postings or the index's size change
         self._parts: dict[str, tuple[tuple[int, int], np.ndarray]] = {}
-        self._lengths: np.ndarray | tuple = ()  # float32 lengths by id, allocated with the first document
+        # float32 lengths by id, allocated with the first document: until then an empty tuple stands in
+        # (so that an empty index does not import numpy)
+        self._lengths: np.ndarray = ()  # type: ignore[assignment]
         self._total = 0
 
     def __len__(self) -> int:
@@ -172,10 +174,11 @@ class SearchHit(Generic[R]):
         self._record, self._load = record, load
 
     @property
-    def record(self) -> R | None:
+    def record(self) -> R:
         """The matching record (current version)."""
         if self._record is None and self._load is not None:
             self._record = self._load(self.name)
+        assert self._record is not None  # a hit is made with its record or a way to load it
         return self._record
 
     def __repr__(self) -> str:

@@ -159,7 +159,7 @@ class FunctionSchema:
 
 def function_schema(fn: Callable[..., Any], name: str | None = None, description: str | None = None) -> FunctionSchema:
     """Build the JSON Schemas of ``fn``; raise :class:`SchemaError` naming the function and parameter."""
-    fname = name or getattr(fn, "__name__", repr(fn))
+    fname: str = name or getattr(fn, "__name__", None) or repr(fn)
     try:
         sig = inspect.signature(fn)
     except (TypeError, ValueError) as exc:
@@ -201,9 +201,7 @@ def function_schema(fn: Callable[..., Any], name: str | None = None, description
     if unknown:
         raise SchemaError(fname, unknown[0], "is described in the docstring but is not a parameter of the function")
     try:
-        model = create_model(  # type: ignore[call-overload]
-            f"{fname}_arguments", __config__=ConfigDict(extra="forbid"), **fields
-        )
+        model = create_model(f"{fname}_arguments", __config__=ConfigDict(extra="forbid"), **fields)
         parameters = strip_titles(model.model_json_schema())
     except (PydanticSchemaGenerationError, PydanticUserError, TypeError, ValueError) as exc:
         raise SchemaError(fname, None, f"parameters cannot be expressed as JSON Schema ({exc})") from None

@@ -6,7 +6,7 @@ import ast
 import importlib
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from tea_notebook._threads import SYNC_THREADS, run_sync_call
 from tea_notebook.errors import NotFoundError, RegistryError, SchemaError
@@ -14,9 +14,12 @@ from tea_notebook.protocol.context import Context, ToolContext
 from tea_notebook.protocol.records import ToolkitRecord, ToolRecord
 from tea_notebook.protocol.registry import InvokeResult, Registry, not_found_result
 from tea_notebook.protocol.reserved import reserved_by
+from tea_notebook.protocol.store_host import StoreHost
 from tea_notebook.protocol.tools import Tool, make_tool, unrebuildable
 
 if TYPE_CHECKING:
+    from tea_notebook.protocol.acp import AgentRegistry
+    from tea_notebook.protocol.ecp import EnvironmentRegistry
     from tea_notebook.protocol.manifest import ImportReport, ManifestWatcher
 
 
@@ -42,6 +45,27 @@ class ToolkitRegistry(Registry[ToolkitRecord]):
         return out
 
 
+class ToolHost(StoreHost, Protocol):
+    """What the tool registry reaches through its workspace besides storage: the toolkits, and the
+    agent and environment registries behind agent and environment tools. (Declared here, not as
+    :class:`~tea_notebook.protocol.host.RegistryHost`, which names this module's registries.)"""
+
+    @property
+    def toolkits(self) -> ToolkitRegistry:
+        """The toolkit registry."""
+        ...
+
+    @property
+    def agents(self) -> "AgentRegistry":
+        """ACP: the agent registry."""
+        ...
+
+    @property
+    def envs(self) -> "EnvironmentRegistry":
+        """ECP: the environment registry."""
+        ...
+
+
 TRUST_MODES = ("sandbox", "in_process")
 
 
@@ -59,6 +83,7 @@ class ToolRegistry(Registry[ToolRecord]):
     manager behind :meth:`create`.
     """
 
+    workspace: ToolHost
     executor: Callable[[], Any] | None = None
     tool_maker: Callable[..., Any] | None = None
     #: the MCP client side (``tea_notebook.envs.mcp_client.MCPClients``), handed down by the workspace
@@ -263,13 +288,13 @@ class ToolRegistry(Registry[ToolRecord]):
         best_cat: dict[str, float] = {}
         for h in hits:
             best_cat[h.record.category] = max(best_cat.get(h.record.category, -1e9), h.score)
-        cats = sorted(best_cat, key=best_cat.get, reverse=True)[:branches]
+        cats = sorted(best_cat, key=best_cat.__getitem__, reverse=True)[:branches]
         best_kit: dict[tuple[str, str], float] = {}
         for h in hits:
             if h.record.category in cats:
                 key = (h.record.category, h.record.toolkit or "")
                 best_kit[key] = max(best_kit.get(key, -1e9), h.score)
-        kits = set(sorted(best_kit, key=best_kit.get, reverse=True)[:branches])
+        kits = set(sorted(best_kit, key=best_kit.__getitem__, reverse=True)[:branches])
         keep = {h.name for h in hits if (h.record.category, h.record.toolkit or "") in kits}
         routed = self.route(query, context, k=max(k * 4, 20))
         return [r for r in routed if r.name in keep][:k]
@@ -300,6 +325,7 @@ class ToolRegistry(Registry[ToolRecord]):
                 for part in qualname.split("."):
                     obj = getattr(obj, part)
                 fn = obj.fn if isinstance(obj, Tool) else obj
+                assert fn is not None  # a Tool without its function: fall back to the source
                 built = make_tool(fn, name=record.name, description=record.description)
                 if built.record.source_hash == record.source_hash:
                     self._runtimes[self._runtime_key(record)] = built
@@ -376,6 +402,7 @@ class ToolRegistry(Registry[ToolRecord]):
                 raise RuntimeError(f"tool {record.name!r} cannot run: {reason}")
 
             return missing
+        fn = runtime.fn
 
         def call(args: dict[str, Any]) -> Any:
             kwargs = _convert(runtime, args)
@@ -388,8 +415,8 @@ class ToolRegistry(Registry[ToolRecord]):
                     self.workspace, context, record.name, context.state(scope, initial)
                 )
             if record.is_async:
-                return runtime.fn(**kwargs)
-            return run_sync_call(("tool", record.name), SYNC_THREADS, f"tool {record.name}", runtime.fn, **kwargs)
+                return fn(**kwargs)
+            return run_sync_call(("tool", record.name), SYNC_THREADS, f"tool {record.name}", fn, **kwargs)
 
         return call
 

@@ -157,7 +157,8 @@ def tool(fn: Callable[..., Any] | None = None, *, workspace: Any = None, **optio
 
     def build(f: Callable[..., Any]) -> Tool:
         built = make_tool(f, **options)
-        target = workspace if workspace is not None else current_workspace(required=False)
+        # the current workspace is typed as what every layer may rely on (a StoreHost): it holds the tools
+        target: Any = workspace if workspace is not None else current_workspace(required=False)
         if target is not None:
             built.record = target.tools.register(built)
         return built

@@ -28,7 +28,7 @@ from tea_notebook.protocol.records import (
 )
 
 if TYPE_CHECKING:
-    from tea_notebook.workspace import Workspace
+    from tea_notebook.protocol.host import RegistryHost
 
 
 def _check_schema(owner: str, schema: dict[str, Any]) -> None:
@@ -43,7 +43,7 @@ def _check_schema(owner: str, schema: dict[str, Any]) -> None:
         raise TransformationError(f"{owner}: parameters must be a JSON object schema")
 
 
-def check_interface(ws: "Workspace", record: Record) -> None:
+def check_interface(ws: "RegistryHost", record: Record) -> None:
     """Interface consistency: the record re-validates as its type and its I/O schemas are well-typed
     in the target protocol (every referenced tool exists, every schema is an object schema)."""
     try:
@@ -79,13 +79,13 @@ def _provenance(op: str, source: Record) -> dict[str, Any]:
 
 
 # -- A2T / T2A ---------------------------------------------------------------------------
-def a2t(ws: "Workspace", agent: str, *, name: str | None = None) -> ToolRecord:
+def a2t(ws: "RegistryHost", agent: str, *, name: str | None = None) -> ToolRecord:
     """Agent → Tool: expose an agent as a tool taking the unmodified task and absolute file paths."""
     tool = a2t_record(ws, agent, name=name)
     return ws.tools.register(tool, note=f"A2T from agent {agent}")
 
 
-def a2t_record(ws: "Workspace", agent: str, *, name: str | None = None) -> ToolRecord:
+def a2t_record(ws: "RegistryHost", agent: str, *, name: str | None = None) -> ToolRecord:
     """The tool record A2T makes of an agent, checked but not registered (what ``tea mcp serve``
     offers for an agent without changing the workspace)."""
     rec = ws.agents.get(agent)
@@ -105,7 +105,7 @@ def a2t_record(ws: "Workspace", agent: str, *, name: str | None = None) -> ToolR
 
 
 def t2a(
-    ws: "Workspace",
+    ws: "RegistryHost",
     tools: list[str] | str,
     *,
     name: str,
@@ -140,7 +140,7 @@ class Lifted:
     tools: list[ToolRecord]
 
 
-def e2t(ws: "Workspace", env: str, *, prefix: str | None = None) -> Lifted:
+def e2t(ws: "RegistryHost", env: str, *, prefix: str | None = None) -> Lifted:
     """Environment → Tools: lift the action space into a toolkit whose tools keep the actions'
     schemas and whose pre/post-conditions become relations between the tools."""
     rec = ws.envs.get(env)
@@ -189,7 +189,7 @@ def e2t(ws: "Workspace", env: str, *, prefix: str | None = None) -> Lifted:
 class _ToolsAsEnvironment:
     """The runtime of a T2E environment: each action invokes its tool in the caller's run context."""
 
-    def __init__(self, ws: "Workspace", tool_names: dict[str, str]):
+    def __init__(self, ws: "RegistryHost", tool_names: dict[str, str]):
         self._ws, self._tool_names = ws, tool_names
 
     async def invoke_action(self, action: str, args: dict[str, Any], context: Any) -> Any:
@@ -199,7 +199,9 @@ class _ToolsAsEnvironment:
         return (await self._ws.tools.ainvoke(tool, args, context)).unwrap()
 
 
-def t2e(ws: "Workspace", tools: list[str] | str, *, name: str, description: str, rules: str = "") -> EnvironmentRecord:
+def t2e(
+    ws: "RegistryHost", tools: list[str] | str, *, name: str, description: str, rules: str = ""
+) -> EnvironmentRecord:
     """Tools → Environment: a set of tools (or a toolkit) becomes one environment with a shared
     action space; actions keep the tools' schemas and their precondition links."""
     kit_rules = ""
@@ -245,7 +247,7 @@ def t2e(ws: "Workspace", tools: list[str] | str, *, name: str, description: str,
 class _AgentAsEnvironment:
     """The runtime of an A2E environment: ``ask`` sends a message to the agent and returns its reply."""
 
-    def __init__(self, ws: "Workspace", agent: str):
+    def __init__(self, ws: "RegistryHost", agent: str):
         self._ws, self._agent = ws, agent
         self.transcript: list[tuple[str, str]] = []
 
@@ -264,7 +266,7 @@ class _AgentAsEnvironment:
         return f"agent {self._agent}: {len(self.transcript)} exchanges; last: {last_q!r} → {last_a!r}"
 
 
-def a2e(ws: "Workspace", agent: str, *, name: str | None = None) -> EnvironmentRecord:
+def a2e(ws: "RegistryHost", agent: str, *, name: str | None = None) -> EnvironmentRecord:
     """Agent → Environment: other agents interact with this agent as an environment (ask / observe)."""
     rec = ws.agents.get(agent)
     env = EnvironmentRecord(
@@ -294,7 +296,7 @@ def a2e(ws: "Workspace", agent: str, *, name: str | None = None) -> EnvironmentR
     return ws.envs.register(env, note=f"A2E from agent {agent}", runtime=_AgentAsEnvironment(ws, agent))
 
 
-def e2a(ws: "Workspace", env: str, *, name: str | None = None, model: str | None = None) -> AgentRecord:
+def e2a(ws: "RegistryHost", env: str, *, name: str | None = None, model: str | None = None) -> AgentRecord:
     """Environment → Agent: an agent that operates the environment through its lifted toolkit
     (lifting it first if needed). Its decision loop is the runtime's agent loop."""
     rec = ws.envs.get(env)
@@ -326,7 +328,7 @@ SIGNATURES: dict[str, tuple[str, str]] = {
 }
 
 
-def compose(ws: "Workspace", source: str, steps: list[str], *, source_kind: str) -> Record | Lifted:
+def compose(ws: "RegistryHost", source: str, steps: list[str], *, source_kind: str) -> Record | Lifted:
     """Apply transformations in order (``["T2E", "E2T"]``) starting from ``source`` of ``source_kind``
     (``agent``, ``environment``, ``tool`` or ``tools``/``toolkit`` for a toolkit name).
 
@@ -374,7 +376,7 @@ def _as_input(result: Any) -> Any:
     return result.name
 
 
-def _result(ws: "Workspace", current: Any, kind: str) -> Record | Lifted:
+def _result(ws: "RegistryHost", current: Any, kind: str) -> Record | Lifted:
     if kind == "tools":
         if isinstance(current, str):
             kit = ws.toolkits.get(current)

@@ -11,31 +11,23 @@ from __future__ import annotations
 import html
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterator
 
 from tea_notebook.errors import NotFoundError
 from tea_notebook.models.client import display_name
+from tea_notebook.runtime.records import RunSummary
 
 if TYPE_CHECKING:
-    from tea_notebook.workspace import Workspace
+    from tea_notebook.runtime.host import RunHost
 
 #: forks of forks followed at most this deep (a family is a tree; this only guards a damaged store)
 MAX_DEPTH = 50
 
 
 @dataclass
-class Branch:
-    """One run of a family: where it came from and how it ended."""
+class Branch(RunSummary):
+    """One run of a family: its figures, where it came from and how it ended."""
 
-    run_id: str
-    agent: str
-    model: str
-    status: str
-    answer: str
-    steps: int
-    prompt_tokens: int
-    completion_tokens: int
-    cost: float
     forked_from: str | None = None
     fork_step: int | None = None
     how: str = ""
@@ -48,12 +40,12 @@ class Branch:
         return f"{self.how}{at}" if self.how else ""
 
     @classmethod
-    def of(cls, ws: "Workspace", row: dict, steps: int, how: str = "") -> "Branch":
+    def of(cls, ws: "RunHost", row: dict, steps: int, how: str = "") -> "Branch":
         """The branch of a run row with ``steps`` steps, its tokens and cost summed over its sub-runs."""
         prompt, completion, cost = ws.db.model_usage(ws.db.descendants(row["id"]))
         return cls(
-            row["id"], row["agent"], row["model"], row["status"], row["answer"] or "", steps, prompt, completion,
-            cost, row["forked_from"], row["fork_step"], how,
+            row["id"], row["agent"], row["task"], row["model"], row["status"], row["answer"] or "", steps, prompt,
+            completion, cost, row["forked_from"], row["fork_step"], how,
         )  # fmt: skip
 
     def walk(self, depth: int = 0) -> list[tuple[int, "Branch"]]:
@@ -92,7 +84,7 @@ class Branches:
     asked: str
 
     @classmethod
-    def load(cls, ws: "Workspace", run_id: str) -> "Branches":
+    def load(cls, ws: "RunHost", run_id: str) -> "Branches":
         """The family of ``run_id`` (an id prefix is enough; a nested run's family is its top run's)."""
         row = ws.db.run_row(run_id)
         if row is None:
@@ -126,7 +118,7 @@ class Branches:
     def __len__(self) -> int:
         return len(self.root.walk())
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
+    def __iter__(self) -> Iterator[Branch]:
         return (b for _, b in self.root.walk())
 
     def get(self, run_id: str) -> Branch:
@@ -192,7 +184,7 @@ class Comparison:
     steps_b: dict[int, dict[str, Any]]
 
     @classmethod
-    def load(cls, ws: "Workspace", a: str, b: str) -> "Comparison":
+    def load(cls, ws: "RunHost", a: str, b: str) -> "Comparison":
         """Compare runs ``a`` and ``b`` (id prefixes are enough)."""
         rows = []
         for rid in (a, b):

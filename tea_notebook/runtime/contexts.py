@@ -24,11 +24,12 @@ import bisect
 import json
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from tea_notebook.errors import NotFoundError, TeaError
 from tea_notebook.redaction import redact
-from tea_notebook.store.blobs import digest
+from tea_notebook.runtime.html_style import CSS, esc_str
+from tea_notebook.store.blobs import digest, shorten
 
 if TYPE_CHECKING:
     from tea_notebook.runtime.events import Event, EventLog
@@ -218,14 +219,14 @@ def _match(before: list[list[Any]], after: list[list[Any]]) -> list[list[Any]]:
     last = -1
     for m, r in after:
         key = (m, r)
-        i = where.get(key)
-        if i is not None and i <= last and key in more:
+        at = where.get(key)
+        if at is not None and at <= last and key in more:
             places = more[key]
             j = bisect.bisect_right(places, last)
-            i = places[j] if j < len(places) else None
-        if i is not None and i > last:
-            out.append([i, i + 1])
-            last = i
+            at = places[j] if j < len(places) else None
+        if at is not None and at > last:
+            out.append([at, at + 1])
+            last = at
         else:
             out.append([m, r, 0])
     return out
@@ -333,8 +334,6 @@ class StepContext:
         }
 
     def _repr_html_(self) -> str:
-        from tea_notebook.runtime.render import context_html
-
         return context_html(self)
 
 
@@ -350,11 +349,11 @@ def _gist(part: Part) -> str:
 class ContextReader:
     """Rebuilds the stored requests of one run from its ``model_request`` events."""
 
-    def __init__(self, run_id: str, events: list["Event"], blob: Callable[[str], str | None]):
+    def __init__(self, run_id: str, events: Sequence["Event | _Request"], blob: Callable[[str], str | None]):
         self.run_id = run_id
         self._blob = blob
         self._texts: dict[str, str] = {}
-        self.requests: list[tuple["Event", dict[str, Any]]] = [
+        self.requests: list[tuple["Event | _Request", dict[str, Any]]] = [
             (e, json.loads(e.data["context"]))
             for e in events
             if e.run_id == run_id and e.type == "model_request" and isinstance(e.data.get("context"), str)
@@ -556,3 +555,49 @@ def _needed(rows: list[tuple[str, str, int | None, str]], step: int, stage: str)
         if previous and "parts" in context:
             break
     return out[::-1] if found else None
+
+
+def context_html(ctx: Any) -> str:
+    """A step's context (:class:`~tea_notebook.runtime.contexts.StepContext`): the size of each
+    kind of part, then every part, those new since the previous step marked, texts folded."""
+    sizes = ctx.sizes()
+    total = max(1, ctx.chars)
+    bar = "".join(
+        f"<span title='{esc_str(k)}: {v:,} characters' style='display:inline-block;height:8px;"
+        f"width:{max(1, round(300 * v / total))}px;background:{_KIND_COLOUR.get(k, '#8c959f')}'></span>"
+        for k, v in sizes.items()
+    )
+    legend = " · ".join(f"{esc_str(k)} {v:,}" for k, v in sizes.items())
+    since = f" · new since step {ctx.previous_step} marked" if ctx.previous_step is not None else ""
+    rows = []
+    for p in ctx.parts:
+        mark = "<span class='badge'>new</span> " if p.changed else ""
+        first = next((line for line in p.text.splitlines() if line.strip()), "")
+        rows.append(
+            f"<details><summary>{mark}<b>{esc_str(p.kind)}</b> <span class='muted'>({esc_str(p.role)}, "
+            f"{p.chars:,} chars)</span> {esc_str(shorten(first, 120))}</summary>"
+            f"<pre>{esc_str(shorten(p.text, 20000))}</pre></details>"
+        )
+    removed = "".join(
+        f"<div class='muted'>removed since step {ctx.previous_step}: <s>{esc_str(shorten(p.text, 160))}</s></div>"
+        for p in ctx.removed
+    )
+    clipped = "<div class='err'>an image of this request was too large to keep</div>" if ctx.clipped else ""
+    stage = f" ({esc_str(ctx.stage)})" if ctx.stage else ""
+    return (
+        f"{CSS}<div class='tea-t tea-context'><div class='h'><b>context of step {ctx.step}{stage}</b>"
+        f"<span>{ctx.chars:,} characters</span><span class='muted'>run {esc_str(ctx.run_id)}{since}</span></div>"
+        f"<div>{bar}</div><div class='muted'>{legend}</div>{clipped}{''.join(rows)}{removed}</div>"
+    )
+
+
+_KIND_COLOUR = {
+    "system prompt": "#8250df",
+    "step info": "#57606a",
+    "task": "#0969da",
+    "history": "#1a7f37",
+    "memory folds": "#bf8700",
+    "todo": "#6e7781",
+    "environment": "#cf222e",
+    "tools": "#953800",
+}

@@ -16,10 +16,11 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Mapping, get_args
 
 from tea_notebook.errors import NotFoundError
 from tea_notebook.redaction import redact
+from tea_notebook.runtime.event_types import EventType
 from tea_notebook.store.blobs import FIELD_LIMIT, blob_ref, build, clip_value, digest, json_leaves, plan
 from tea_notebook.store.database import new_id
 
@@ -31,27 +32,8 @@ log = logging.getLogger(__name__)
 _RECENT_TEXTS = 16  # long texts remembered to find later texts made of them (see store.blobs.plan)
 _RECENT_CHARS = 64 * 1024 * 1024
 
-EVENT_TYPES = frozenset(
-    {
-        "run_started",
-        "model_request",
-        "model_response",
-        "step",
-        "tool_call",
-        "tool_result",
-        "memory_written",
-        "tool_created",
-        "tool_discarded",
-        "tool_reused",
-        "error",
-        "run_finished",
-        "stage",
-        "message",
-        "thread",
-        "egress_refused",
-        "notice",
-    }
-)
+EVENT_TYPES: frozenset[str] = frozenset(get_args(EventType))
+"""Every event type (declared once, in :mod:`tea_notebook.runtime.event_types`)."""
 
 
 @dataclass(frozen=True)
@@ -60,7 +42,7 @@ class Event:
 
     id: str
     run_id: str
-    type: str
+    type: EventType
     time: float
     data: dict[str, Any] = field(default_factory=dict)
     parent_id: str | None = None
@@ -96,8 +78,8 @@ class EventLog:
     def emit(
         self,
         run_id: str,
-        type_: str,
-        data: dict[str, Any] | None = None,
+        type_: EventType,
+        data: Mapping[str, Any] | None = None,
         *,
         parent_id: str | None = None,
         step: int | None = None,
@@ -105,7 +87,8 @@ class EventLog:
         uses: list[tuple[str, list[tuple]]] | None = None,
     ) -> Event:
         """Record one event (secrets redacted, long texts clipped) and notify subscribers; ``flush``
-        writes it now (with invocation counts ``uses``, see :meth:`flush`)."""
+        writes it now (with invocation counts ``uses``, see :meth:`flush`). ``data`` is the type's
+        ``TypedDict`` (:data:`~tea_notebook.runtime.event_types.EVENT_DATA`), a plain dict at run time."""
         if type_ not in EVENT_TYPES:
             raise ValueError(f"unknown event type {type_!r}")
         blobs: dict[str, str] = {}

@@ -16,12 +16,13 @@ configuration.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from tea_notebook.errors import TeaError
 from tea_notebook.models.client import ToolCall
-from tea_notebook.runtime.prompts import StepRecord
+from tea_notebook.runtime.replies import planned_calls, thoughts_in
+from tea_notebook.runtime.steps import StepRecord
 
 if TYPE_CHECKING:
     from tea_notebook.runtime.events import Event
@@ -104,6 +105,7 @@ class ForkPlan:
 
     source: str | None = None
     step: int = 0
+    #: the steps replayed, each with what its ``step`` event adds (``{"edited": ...}`` at an edited one)
     shown: list[tuple[StepRecord, dict[str, Any]]] = field(default_factory=list)
     live: list[StepRecord] = field(default_factory=list)
     summaries: list[str] = field(default_factory=list)
@@ -161,7 +163,7 @@ def stored_steps(events: list["Event"], run_id: str) -> dict[int, StoredStep]:
             content[e.step] = d.get("content")
             calls[e.step] = []
             results[e.step] = {}
-            planned[e.step] = _planned(d)
+            planned[e.step] = planned_calls(d)
         elif e.type == "tool_call":
             calls.setdefault(e.step, []).append(ToolCall(d["id"], d["name"], d.get("arguments")))
         elif e.type == "tool_result":
@@ -170,14 +172,7 @@ def stored_steps(events: list["Event"], run_id: str) -> dict[int, StoredStep]:
             elif "returned" in d:  # stopped while it ran, but it ended on its own: it did return
                 results.setdefault(e.step, {})[d["id"]] = d["returned"]
         elif e.type == "step":
-            record = StepRecord(
-                e.step,
-                d.get("evaluation", ""),
-                d.get("memory", ""),
-                d.get("next_goal", ""),
-                d.get("thinking", ""),
-                [tuple(r) for r in d.get("results", [])],
-            )
+            record = StepRecord.from_event(e.step, d)
             own = calls.get(e.step) or []
             if not own or d.get("replayed"):  # a replayed step has no call events: rebuilt from its results
                 own = [ToolCall(f"r{e.step}_{i}", r[0], _loads(r[1])) for i, r in enumerate(record.results)]
@@ -196,24 +191,6 @@ def stored_steps(events: list["Event"], run_id: str) -> dict[int, StoredStep]:
             StepRecord(step), chosen, results.get(step, {}), content.get(step), complete=False, started=set(started)
         )
     return out
-
-
-def _planned(response: dict[str, Any]) -> list[ToolCall]:
-    """The calls of a stored model reply: its tool calls, or the paper's JSON action list in its text."""
-    made = [ToolCall(c["id"], c["name"], c.get("arguments")) for c in response.get("tool_calls") or []]
-    if made or not response.get("content"):
-        return made
-    try:
-        from tea_notebook.runtime.agent import _parse_json_object
-
-        actions = _parse_json_object(response["content"]).get("action") or []
-    except ValueError:
-        return []
-    return [
-        ToolCall(f"json_{i}", str(a["name"]), a.get("args", {}))
-        for i, a in enumerate(actions if isinstance(actions, list) else [])
-        if isinstance(a, dict) and "name" in a
-    ]
 
 
 def _loads(text: Any) -> Any:
@@ -317,9 +294,7 @@ def plan_fork(
         tool, args, before = record.results[edit.action - 1]
         results = list(record.results)
         results[edit.action - 1] = (tool, args, edit.value)
-        changed = StepRecord(
-            record.number, record.evaluation, record.memory, record.next_goal, record.thinking, results
-        )
+        changed = replace(record, results=results)
         record_edit = {
             "kind": "observation",
             "step": step,
@@ -345,7 +320,7 @@ def plan_fork(
                 )
             overrides[n] = StepOverride(
                 calls=list(stored.calls),
-                thoughts=thoughts_of(stored.record),
+                thoughts=stored.record.thoughts(),
                 verbatim={c.id for c in stored.calls},
                 note="re-executed live",
             )
@@ -378,7 +353,7 @@ def plan_resume(events: list["Event"], run_id: str) -> ForkPlan:
     plan.resumed = True
     partial = steps.get(last + 1)
     if partial is not None and not partial.complete and partial.calls:
-        thoughts = _parsed_thoughts(partial.content)
+        thoughts = thoughts_in(partial.content) if partial.content else {}
         plan.overrides[last + 1] = StepOverride(
             calls=list(partial.calls),
             thoughts=thoughts,
@@ -387,27 +362,6 @@ def plan_resume(events: list["Event"], run_id: str) -> ForkPlan:
             note=f"taken up again: {len(partial.results)} of {len(partial.calls)} call(s) had returned",
         )
     return plan
-
-
-def thoughts_of(record: StepRecord) -> dict[str, str]:
-    """A stored step's thoughts as the model gave them (the keys of its JSON output)."""
-    return {
-        "thinking": record.thinking,
-        "evaluation_previous_goal": record.evaluation,
-        "memory": record.memory,
-        "next_goal": record.next_goal,
-    }
-
-
-def _parsed_thoughts(content: str | None) -> dict[str, str]:
-    if not content:
-        return {}
-    try:
-        from tea_notebook.runtime.agent import _parse_json_object
-
-        return {k: str(v) for k, v in _parse_json_object(content).items() if k != "action"}
-    except ValueError:
-        return {"thinking": content}
 
 
 def _edited_actions(value: Any, step: int, check: Any) -> list[ToolCall]:

@@ -14,21 +14,19 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextvars
-import functools
 import html
-import inspect
 import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable, Coroutine
 
 from tea_notebook._sync import run_sync, submit
 from tea_notebook.errors import RunFailed
+from tea_notebook.protocol.context import Context
 from tea_notebook.runtime.events import Event
 
 if TYPE_CHECKING:
-    from tea_notebook.protocol.context import Context
-    from tea_notebook.runtime.agent import RunResult
-    from tea_notebook.workspace import Workspace
+    from tea_notebook.runtime.host import RunHost
+    from tea_notebook.runtime.records import RunResult
 
 _following: contextvars.ContextVar["RunTree | None"] = contextvars.ContextVar("tea_run_tree", default=None)
 
@@ -73,8 +71,17 @@ class RunHandle:
     """A run going on in the background: ``status``, ``done()``, ``result()``, ``cancel()``; ``await
     handle`` in a cell gives the :class:`RunResult` too."""
 
-    def __init__(self, workspace: "Workspace", agent: str, task: str, context: "Context", tree: RunTree):
+    def __init__(
+        self,
+        workspace: "RunHost",
+        agent: str,
+        task: str,
+        context: "Context",
+        tree: RunTree,
+        lock: "threading.RLock | None" = None,
+    ):
         self.workspace, self.agent, self.task, self.context = workspace, agent, task, context
+        self._lock = lock if lock is not None else threading.RLock()  # its Jobs' lock (Jobs.start hands it)
         self.started = time.time()
         self.ended: float | None = None
         self._tree = tree
@@ -142,7 +149,7 @@ class RunHandle:
 
     def add_done_callback(self, callback: Callable[["RunHandle"], None]) -> None:
         """Call ``callback(handle)`` when the run ends (at once if it has); errors in it are ignored."""
-        with self.workspace.jobs._lock:
+        with self._lock:
             if not self._done.is_set():
                 self._callbacks.append(callback)
                 return
@@ -162,7 +169,7 @@ class RunHandle:
         except BaseException as exc:  # noqa: BLE001 - kept for result(); never raised into another cell
             self._exception = exc
         self.ended = time.time()
-        with self.workspace.jobs._lock:
+        with self._lock:
             self._done.set()
             callbacks, self._callbacks = self._callbacks, []
         for callback in callbacks:
@@ -234,7 +241,7 @@ def _call_quietly(callback: Callable[[RunHandle], None], handle: RunHandle) -> N
 class Jobs:
     """The background runs started from one workspace in this process, newest last."""
 
-    def __init__(self, workspace: "Workspace"):
+    def __init__(self, workspace: "RunHost"):
         self.workspace = workspace
         self._handles: list[RunHandle] = []
         self._lock = threading.RLock()
@@ -250,10 +257,10 @@ class Jobs:
         """Start ``start(ctx)`` (a coroutine making the run under a fresh context) on the background
         loop and return its handle at once; ``on_event`` sees the events of the run tree;
         ``model_options`` (``api_base``, ``timeout``, ``retries``) apply to its model calls."""
-        ctx = self.workspace.context()
+        ctx = Context()
         ctx.model_options.update(model_options or {})
         tree = RunTree(ctx.id, on_event)
-        handle = RunHandle(self.workspace, agent, task, ctx, tree)
+        handle = RunHandle(self.workspace, agent, task, ctx, tree, self._lock)
         unsubscribe = self.workspace.events.subscribe(tree)
         handle.add_done_callback(lambda _h: unsubscribe())
         with self._lock:
@@ -319,18 +326,24 @@ class Runnable:
     status ``error`` raises :class:`~tea_notebook.errors.RunFailed` (its ``.result`` is the stored
     :class:`RunResult`); pass ``raise_on_error=False`` to get the result instead (batch code). The other
     endings (``success``, ``failed``, ``max_steps``, ``unverified``, ``interrupted``) are returned, and the
-    result shows its status first. Each kind's own ``run`` is wrapped once, here, when the class is made.
+    result shows its status first. Each kind's ``run`` declares ``raise_on_error`` and returns
+    :func:`checked_result` of its result.
     """
 
-    workspace: "Workspace"
+    workspace: "RunHost"
     name: str
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        if "run" in cls.__dict__:
-            cls.run = _raising_on_error(cls.__dict__["run"])
-
-    async def run(self, task: str, files: list[str] | None = None, **kwargs: Any) -> "RunResult":
+    async def run(
+        self,
+        task: str,
+        files: list[str] | None = None,
+        *,
+        context: "Context | None" = None,
+        raise_on_error: bool = True,
+    ) -> "RunResult":
+        """Run on ``task`` (with ``files`` attached) under ``context`` (its ``cancel`` stops the run): the
+        :class:`RunResult`, or :class:`~tea_notebook.errors.RunFailed` when it ended in ``error`` and
+        ``raise_on_error``."""
         raise NotImplementedError
 
     def run_sync(self, task: str, files: list[str] | None = None, **kwargs: Any) -> "RunResult":
@@ -360,23 +373,9 @@ class Runnable:
         )
 
 
-def _raising_on_error(run: Callable[..., Any]) -> Callable[..., Any]:
-    """``run`` with the :class:`Runnable` contract: a keyword ``raise_on_error=True`` that turns a result
-    with status ``error`` into :class:`~tea_notebook.errors.RunFailed` (signature and docstring kept)."""
-    if getattr(run, "_raises_on_error", False):
-        return run
-
-    @functools.wraps(run)
-    async def checked(self: Any, *args: Any, raise_on_error: bool = True, **kwargs: Any) -> Any:
-        result = await run(self, *args, **kwargs)
-        if raise_on_error and getattr(result, "status", None) == "error":
-            raise RunFailed(result)
-        return result
-
-    signature = inspect.signature(run)
-    params = list(signature.parameters.values())
-    flag = inspect.Parameter("raise_on_error", inspect.Parameter.KEYWORD_ONLY, default=True, annotation="bool")
-    at = next((i for i, p in enumerate(params) if p.kind is p.VAR_KEYWORD), len(params))
-    checked.__signature__ = signature.replace(parameters=[*params[:at], flag, *params[at:]])  # type: ignore[attr-defined]
-    checked._raises_on_error = True  # type: ignore[attr-defined]
-    return checked
+def checked_result(result: "RunResult", raise_on_error: bool) -> "RunResult":
+    """``result`` as a kind's ``run`` returns it (the :class:`Runnable` contract):
+    :class:`~tea_notebook.errors.RunFailed` instead when its status is ``error`` and ``raise_on_error``."""
+    if raise_on_error and result.status == "error":
+        raise RunFailed(result)
+    return result

@@ -4,16 +4,39 @@ the workspace and retrieved into later runs by similarity to their task."""
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tea_notebook.models.client import is_offline
 from tea_notebook.redaction import redact
-from tea_notebook.runtime.prompts import StepRecord
+from tea_notebook.runtime.steps import StepRecord
 from tea_notebook.store.blobs import shorten
 
 if TYPE_CHECKING:
+    from tea_notebook.models.client import ModelClient
     from tea_notebook.protocol.registry import Registry
-    from tea_notebook.runtime.agent import _Run
+
+
+class _ClientHolder(Protocol):
+    @property
+    def client(self) -> "ModelClient": ...
+
+
+class FoldingRun(Protocol):
+    """What a fold needs of the run (an :class:`~tea_notebook.runtime.loop.AgentRun`, which sits above
+    this module): its task and model, its agent's model client, and the counters a fold's model call
+    adds to."""
+
+    task: str
+    model: str
+    prompt_tokens: int
+    completion_tokens: int
+    cost: float
+
+    @property
+    def agent(self) -> _ClientHolder:
+        """The agent making the run (its ``client`` makes the fold's model call)."""
+        ...
+
 
 SUMMARY_PROMPT = """You maintain an agent's memory. Fold the steps below into one short summary (2-4 sentences:
 what was tried, what was found, what is still open) and at most 3 insights (reusable lessons, one sentence each).
@@ -43,7 +66,7 @@ def extractive_summary(steps: list[StepRecord]) -> tuple[str, list[str]]:
     return "; ".join(parts), insights[:3]
 
 
-async def summarise_steps(run: "_Run", steps: list[StepRecord]) -> tuple[str, list[str]]:
+async def summarise_steps(run: FoldingRun, steps: list[StepRecord]) -> tuple[str, list[str]]:
     """Summary and insights of ``steps``: by the run's model, or extractively for offline models."""
     if is_offline(run.model):
         return extractive_summary(steps)
@@ -59,7 +82,7 @@ async def summarise_steps(run: "_Run", steps: list[StepRecord]) -> tuple[str, li
         return extractive_summary(steps)
 
 
-async def merge_summaries(run: "_Run", summaries: list[str], budget_tokens: int) -> str:
+async def merge_summaries(run: FoldingRun, summaries: list[str], budget_tokens: int) -> str:
     """One summary of several, within ``budget_tokens``: by the model, or keeping the newest text."""
     joined = " ".join(summaries)
     if not is_offline(run.model):

@@ -10,8 +10,8 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from tea_notebook.runtime.host import RunHost
     from tea_notebook.runtime.trajectory import Trajectory
-    from tea_notebook.workspace import Workspace
 
 
 def token_label(model: str, what: str = "tokens") -> str:
@@ -188,7 +188,7 @@ def plot_conversation(traj: "Trajectory") -> Any:
     return fig
 
 
-def plot_runs(workspace: "Workspace", limit: int = 200) -> Any:
+def plot_runs(workspace: "RunHost", limit: int = 200) -> Any:
     """Runs over time coloured by status, and tool calls by tool, across a workspace."""
     plt = _pyplot()
     runs = workspace.db.runs(limit, parent_id=None)
@@ -226,7 +226,7 @@ def plot_runs(workspace: "Workspace", limit: int = 200) -> Any:
 _STAGE_COLOURS = {"first pass": "#1a7f37", "after fixes": "#d4a72c", "discarded": "#cf222e"}
 
 
-def evolution_data(workspace: "Workspace") -> dict[str, Any]:
+def evolution_data(workspace: "RunHost") -> dict[str, Any]:
     """The numbers :func:`plot_evolution` draws, read from the event store and the change log.
 
     Tasks are the top-level runs, oldest first (a ``%tea create-tool`` request, an ``%%agent`` cell,
@@ -356,7 +356,7 @@ def _candidate_label(candidate: dict[str, Any]) -> str:
     return f"discarded after {counted}" if candidate["outcome"] == "discarded" else counted
 
 
-def plot_evolution(workspace: "Workspace") -> Any:
+def plot_evolution(workspace: "RunHost") -> Any:
     """Self-evolution over tasks: memory growth (experience entries and created tools after each
     task), tools created vs reused per task, and each tool candidate's fix iterations coloured by
     how it ended (first pass, after fixes, discarded) with first-pass validity in the title.

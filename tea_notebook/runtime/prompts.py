@@ -8,8 +8,9 @@ user message with ``<agent_state>`` (step info, task, history, todo), ``<environ
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from typing import Any
+
+from tea_notebook.runtime.steps import StepRecord
 
 SYSTEM_PROMPT = """You are an AI agent that operates in iterative steps and uses registered tools to accomplish the user's task. Your goals are to solve the task accurately, safely, and efficiently.
 
@@ -55,62 +56,6 @@ DONE_TOOL = {
     "type": "function",
     "function": {"name": "done", "description": "Finish the task and report the result.", "parameters": DONE_SCHEMA},
 }
-
-
-VALIDATION_PREFIX = "Error (ValidationError):"
-"""How the observation of a call with bad arguments starts (``InvokeResult.to_observation``)."""
-VALIDATION_LIMIT = 4000
-"""Characters of a validation error shown in the history (others are clipped at ``limit``)."""
-
-
-@dataclass
-class StepRecord:
-    """What one step did, as the history shows it to the model."""
-
-    number: int
-    evaluation: str = ""
-    memory: str = ""
-    next_goal: str = ""
-    thinking: str = ""
-    results: list[tuple[str, str, str]] = field(default_factory=list)  # (tool, args json, result text)
-    #: how a fork took this step, when not from the model ("actions edited", "re-executed live")
-    note: str = ""
-
-    def render(self, limit: int = 600) -> str:
-        """The step as the model reads it (cached: a finished step is rendered once, not every step)."""
-        key = (limit, self.number, self.evaluation, self.memory, self.next_goal, len(self.results))
-        cached = self.__dict__.get("_rendered")
-        if cached is not None and cached[0] == key:
-            return cached[1]
-        text = self._render(limit)
-        self.__dict__["_rendered"] = (key, text)
-        return text
-
-    def _render(self, limit: int) -> str:
-        lines = [
-            f"<step_{self.number}>",
-            f"Evaluation of Previous Step: {self.evaluation}",
-            f"Memory: {self.memory}",
-            f"Next Goal: {self.next_goal}",
-            "Action Results:",
-        ]
-        for tool, args, result in self.results:
-            flat = " ".join(str(result).split())
-            # a validation error lists every bad argument (bounded by the registry): shown whole, so
-            # the model can fix all of them in one call instead of one field per step
-            cap = max(limit, VALIDATION_LIMIT) if flat.startswith(VALIDATION_PREFIX) else limit
-            if len(flat) > cap:
-                flat = flat[:cap] + f"… ({len(flat) - cap} more characters)"
-            lines.append(f"[{tool}] {args} -> {flat}")
-        lines.append(f"</step_{self.number}>")
-        return "\n".join(lines)
-
-    def size(self) -> int:
-        """Approximate tokens of the rendered step (cached: a finished step does not change)."""
-        cached = self.__dict__.get("_size")
-        if cached is None or cached[0] != len(self.results):
-            cached = self.__dict__["_size"] = (len(self.results), len(self.render()) // 4)
-        return cached[1]
 
 
 def tool_line(tool: dict[str, Any]) -> str:

@@ -10,10 +10,13 @@ bundle's metadata. Every text is cut to :data:`FIELD_LIMIT` characters (observat
 
 from __future__ import annotations
 
-import html
 import json
 from typing import TYPE_CHECKING, Any
 
+from tea_notebook.runtime.contexts import context_html as context_html
+from tea_notebook.runtime.html_style import CSS as CSS
+from tea_notebook.runtime.html_style import esc as esc
+from tea_notebook.runtime.html_style import esc_str
 from tea_notebook.store.blobs import FIELD_LIMIT, blob_ref, shorten
 
 if TYPE_CHECKING:
@@ -33,33 +36,19 @@ _STATUS_COLOUR = {
     "running": "#0969da",
 }
 
-_CSS = (
-    "<style>.tea-t{font-family:system-ui,-apple-system,Segoe UI,sans-serif;font-size:13px;line-height:1.4;"
-    "border:1px solid #d0d7de;border-radius:6px;padding:8px 10px;margin:4px 0;max-width:100%}"
-    ".tea-t .h{display:flex;gap:10px;flex-wrap:wrap;align-items:baseline}.tea-t .st{font-weight:600}"
-    ".tea-t .step{border-left:3px solid #d0d7de;padding:2px 8px;margin:6px 0}"
-    ".tea-t .act{margin:3px 0 3px 6px}.tea-t code,.tea-t pre{font-family:ui-monospace,Menlo,monospace;font-size:12px}"
-    ".tea-t pre{white-space:pre-wrap;word-break:break-word;background:#f6f8fa;padding:4px 6px;margin:2px 0;"
-    "max-height:24em;overflow:auto}.tea-t .err{color:#cf222e}.tea-t .muted{color:#57606a}"
-    ".tea-t details>summary{cursor:pointer}.tea-t .badge{border:1px solid #d0d7de;border-radius:10px;"
-    "padding:0 6px;font-size:11px}.tea-t .stage{border:1px solid #d0d7de;border-radius:6px;padding:2px 8px;"
-    "margin:6px 0}.tea-t .thread{border:1px solid #d0d7de;border-radius:6px;padding:2px 8px;margin:6px 0}"
-    ".tea-t .msg{margin:6px 0;padding:3px 8px;border-radius:6px;background:#f6f8fa}"
-    ".tea-t .msg.orch{background:#ddf4ff}</style>"
-)
 
-
-def _step_payload(step: "StepView") -> dict[str, Any]:
+def step_payload(step: "StepView") -> dict[str, Any]:
+    """One step of the trajectory payload (its text fields clipped, long arguments as text)."""
     return {
         "number": step.number,
-        "thinking": _field(step.thinking),
-        "evaluation": _field(step.evaluation),
-        "memory": _field(step.memory),
-        "next_goal": _field(step.next_goal),
+        "thinking": field_text(step.thinking),
+        "evaluation": field_text(step.evaluation),
+        "memory": field_text(step.memory),
+        "next_goal": field_text(step.next_goal),
         "replayed": step.replayed,
         "edited": _edit_payload(step.edited),
         "note": step.note,
-        "errors": [_field(e) for e in step.errors],
+        "errors": [field_text(e) for e in step.errors],
         "prompt_tokens": step.prompt_tokens,
         "completion_tokens": step.completion_tokens,
         "cost": step.cost,
@@ -92,20 +81,20 @@ def payload(traj: "Trajectory") -> dict[str, Any]:
     return {
         "version": 1,
         "agent": traj.agent,
-        "task": _field(traj.task),
+        "task": field_text(traj.task),
         "model": display_name(traj.model),
         "status": traj.status,
-        "answer": _field(traj.answer),
+        "answer": field_text(traj.answer),
         "tokens_estimated": tokens_estimated(traj.model),
         "prompt_tokens": traj.prompt_tokens,
         "completion_tokens": traj.completion_tokens,
         "cost": traj.cost,
-        "steps": [_step_payload(s) for s in traj.steps],
+        "steps": [step_payload(s) for s in traj.steps],
         # "steps": a Fork button on each step of the run; "messages" (CORAL) or "": none on steps
         "forkable": traj.fork_unit or "",
         "edit": _edit_payload(traj.edit),
         "resumed": traj.resumed,
-        "stages": [_stage_payload(st) for st in traj.stages],
+        "stages": [stage_payload(st) for st in traj.stages],
         "threads": thread_items(traj.threads),
         "messages": _messages_payload(traj),
         "children": [payload(c) for c in traj.children],
@@ -124,10 +113,10 @@ def thread_items(threads: Any) -> list[dict[str, Any]]:
     return [
         {
             "id": t.get("id"),
-            "name": _field(t.get("name")),
+            "name": field_text(t.get("name")),
             "participants": t.get("participants", []),
             "status": t.get("status", "open"),
-            "summary": _field(t.get("summary", "")),
+            "summary": field_text(t.get("summary", "")),
         }
         for t in threads
     ]
@@ -143,7 +132,7 @@ def message_items(messages: list[dict[str, Any]], work: dict[Any, list[list[int]
             "thread": m.get("thread"),
             "sender": m.get("sender"),
             "mentions": m.get("mentions", []),
-            "content": _field(m.get("content")),
+            "content": field_text(m.get("content")),
         }
         if work.get(m.get("seq")):
             item["work"] = work[m.get("seq")]
@@ -207,10 +196,10 @@ def _folder_payload(folder: str | None) -> dict[str, Any]:
         try:
             todo = read_beneath(root, "todo.md", MAX_BYTES)
         except EnvironmentFailure as exc:
-            out["todo"] = _field(f"(todo.md is not shown: {exc})")
+            out["todo"] = field_text(f"(todo.md is not shown: {exc})")
         else:
             if todo is not None:
-                out["todo"] = _field(todo.decode("utf-8", "replace"))
+                out["todo"] = field_text(todo.decode("utf-8", "replace"))
         return out
     finally:
         root.close()
@@ -232,16 +221,17 @@ def step_times(steps: list["StepView"], children: list[dict[str, Any]]) -> dict[
     }
 
 
-def _stage_payload(stage: dict[str, Any]) -> dict[str, Any]:
+def stage_payload(stage: dict[str, Any]) -> dict[str, Any]:
+    """One stage of the trajectory payload (its text fields clipped)."""
     return {
         "index": stage.get("index"),
         "first_step": stage.get("first_step"),
-        "sub_goal": _field(stage.get("sub_goal")),
-        "strategy": _field(stage.get("strategy")),
+        "sub_goal": field_text(stage.get("sub_goal")),
+        "strategy": field_text(stage.get("strategy")),
         "toolbox": list(stage.get("toolbox", [])),
-        "knowledge": _field(stage.get("knowledge")),
-        "reason": _field(stage.get("reason")),
-        "note": _field(stage.get("note", "")),
+        "knowledge": field_text(stage.get("knowledge")),
+        "reason": field_text(stage.get("reason")),
+        "note": field_text(stage.get("note", "")),
     }
 
 
@@ -249,7 +239,7 @@ def _clip(text: str, limit: int) -> str:
     return shorten(text, limit)
 
 
-def _field(value: Any) -> str:
+def field_text(value: Any) -> str:
     """A text field as shown: at most ``FIELD_LIMIT`` characters."""
     return shorten("" if value is None else str(value), FIELD_LIMIT)
 
@@ -258,23 +248,14 @@ def _fits(args: Any) -> bool:
     return len(json.dumps(args, ensure_ascii=False, default=str)) <= FIELD_LIMIT
 
 
-def _esc(value: Any) -> str:
-    return html.escape(str(value), quote=True)
-
-
-def esc(value: Any) -> str:
-    """``value`` as HTML text (None as nothing), quotes escaped: safe in text and attributes."""
-    return html.escape("" if value is None else str(value), quote=True)
-
-
 def _observation_html(text: str) -> str:
     """An observation, escaped; long ones show a preview with the rest behind an expander."""
     if len(text) <= OBSERVATION_PREVIEW:
-        return f"<pre>{_esc(text)}</pre>"
+        return f"<pre>{esc_str(text)}</pre>"
     rest = _clip(text, OBSERVATION_MAX)
     return (
-        f"<pre>{_esc(text[:OBSERVATION_PREVIEW])}…</pre><details><summary class='muted'>show all "
-        f"({len(text):,} characters)</summary><pre>{_esc(rest)}</pre></details>"
+        f"<pre>{esc_str(text[:OBSERVATION_PREVIEW])}…</pre><details><summary class='muted'>show all "
+        f"({len(text):,} characters)</summary><pre>{esc_str(rest)}</pre></details>"
     )
 
 
@@ -308,53 +289,55 @@ def step_html(step: "StepView") -> str:
     if step.replayed:
         parts.append(" <span class='badge'>replayed</span>")
     if step.note:
-        parts.append(f" <span class='badge'>{_esc(step.note)}</span>")
+        parts.append(f" <span class='badge'>{esc_str(step.note)}</span>")
     if step.edited:
         parts.append(" <span class='badge'>edited</span>")
     parts.append("</div>")
     if step.edited and step.edited.get("kind") == "observation":
         parts.append(
-            f"<div class='muted'>observation of action {_esc(step.edited.get('action'))} was: "
-            f"<s>{_esc(_clip(str(step.edited.get('before', '')), 400))}</s></div>"
+            f"<div class='muted'>observation of action {esc_str(step.edited.get('action'))} was: "
+            f"<s>{esc_str(_clip(str(step.edited.get('before', '')), 400))}</s></div>"
         )
     for label, value in (("thinking", step.thinking), ("evaluation", step.evaluation), ("next goal", step.next_goal)):
         if value:
-            parts.append(f"<div><span class='muted'>{label}:</span> {_esc(_field(value))}</div>")
+            parts.append(f"<div><span class='muted'>{label}:</span> {esc_str(field_text(value))}</div>")
     if step.memory:
-        parts.append(f"<div><span class='muted'>memory:</span> {_esc(_field(step.memory))}</div>")
+        parts.append(f"<div><span class='muted'>memory:</span> {esc_str(field_text(step.memory))}</div>")
     for a in step.actions:
         if a.get("name") == "done" and str(a.get("observation", "")) == "finished":
             args = a.get("arguments")
             args = json.loads(args) if isinstance(args, str) and args.startswith("{") else args
             ok = args.get("success") if isinstance(args, dict) else None
-            parts.append(f"<div class='act'><code>done</code> <span class='muted'>(success: {_esc(ok)})</span></div>")
+            parts.append(
+                f"<div class='act'><code>done</code> <span class='muted'>(success: {esc_str(ok)})</span></div>"
+            )
             continue
         mark = "" if a.get("ok", True) else " class='err'"
         parts.append(
-            f"<div class='act'><code{mark}>{_esc(a.get('name'))}({_esc(_args_text(a.get('arguments')))})</code>"
+            f"<div class='act'><code{mark}>{esc_str(a.get('name'))}({esc_str(_args_text(a.get('arguments')))})</code>"
             f"{_observation_html(str(a.get('observation', '')))}</div>"
         )
     for err in step.errors:
-        parts.append(f"<div class='err'>{_esc(_field(err))}</div>")
+        parts.append(f"<div class='err'>{esc_str(field_text(err))}</div>")
     parts.append("</div>")
     return "".join(parts)
 
 
 def stage_summary_html(stage: dict[str, Any]) -> str:
     """What a ToolSelf stage runs under: sub-goal, toolbox, strategy, knowledge and why it began."""
-    tools = " ".join(f"<span class='badge'>{_esc(t)}</span>" for t in stage.get("toolbox", []))
+    tools = " ".join(f"<span class='badge'>{esc_str(t)}</span>" for t in stage.get("toolbox", []))
     knowledge = stage.get("knowledge", "")
     shown = {"": "(none)", "ALL": "ALL (the whole history pool)"}.get(knowledge, knowledge)
     parts = [
-        f"<summary><b>stage {_esc(stage.get('index'))}</b> · {_esc(_field(stage.get('sub_goal')))}</summary>",
+        f"<summary><b>stage {esc_str(stage.get('index'))}</b> · {esc_str(field_text(stage.get('sub_goal')))}</summary>",
         f"<div><span class='muted'>toolbox:</span> {tools}</div>",
-        f"<div><span class='muted'>why:</span> {_esc(_field(stage.get('reason')))}</div>",
+        f"<div><span class='muted'>why:</span> {esc_str(field_text(stage.get('reason')))}</div>",
     ]
     if stage.get("strategy"):
-        parts.append(f"<div><span class='muted'>strategy:</span> {_esc(_field(stage['strategy']))}</div>")
-    parts.append(f"<div><span class='muted'>knowledge:</span> {_esc(_field(shown))}</div>")
+        parts.append(f"<div><span class='muted'>strategy:</span> {esc_str(field_text(stage['strategy']))}</div>")
+    parts.append(f"<div><span class='muted'>knowledge:</span> {esc_str(field_text(shown))}</div>")
     if stage.get("note"):
-        parts.append(f"<div class='err'>{_esc(_field(stage['note']))}</div>")
+        parts.append(f"<div class='err'>{esc_str(field_text(stage['note']))}</div>")
     return "".join(parts)
 
 
@@ -412,21 +395,21 @@ def threads_html(
         mine = [m for m in messages if m.get("thread") == t.get("id")]
         status = t.get("status", "open")
         head = (
-            f"<summary>thread <b>{_esc(t.get('name') or t.get('id'))}</b> · {len(mine)} messages · "
-            f"<span class='muted'>{_esc(', '.join(t.get('participants', [])))}</span>"
-            + (f" · <i>{_esc(status)}</i>" if status != "open" else "")
+            f"<summary>thread <b>{esc_str(t.get('name') or t.get('id'))}</b> · {len(mine)} messages · "
+            f"<span class='muted'>{esc_str(', '.join(t.get('participants', [])))}</span>"
+            + (f" · <i>{esc_str(status)}</i>" if status != "open" else "")
             + "</summary>"
         )
         body = []
         if t.get("summary"):
-            body.append(f"<div class='muted'>summary: {_esc(_field(t['summary']))}</div>")
+            body.append(f"<div class='muted'>summary: {esc_str(field_text(t['summary']))}</div>")
         for m in mine:
             cls = "msg orch" if m.get("sender") == orchestrator else "msg"
             to = ", ".join(f"@{x}" for x in m.get("mentions") or [])
             replayed = " <span class='badge'>replayed</span>" if m.get("replayed") else ""
             body.append(
-                f"<div class='{cls}'><b>{_esc(m.get('sender'))}</b> <span class='muted'>→ {_esc(to)} · "
-                f"+{m.get('time', 0) - start:.1f} s</span>{replayed}<div>{_esc(_field(m.get('content')))}</div>"
+                f"<div class='{cls}'><b>{esc_str(m.get('sender'))}</b> <span class='muted'>→ {esc_str(to)} · "
+                f"+{m.get('time', 0) - start:.1f} s</span>{replayed}<div>{esc_str(field_text(m.get('content')))}</div>"
             )
             work = folded.get(m.get("seq", 0), [])
             if work:
@@ -437,8 +420,8 @@ def threads_html(
         out.append(f"<details open class='thread'>{head}{''.join(body)}</details>")
     for agent, work in pending.items():
         out.append(
-            f"<details><summary class='muted'><b>{_esc(agent)}</b> is working: {len(work)} tool calls since its last "
-            f"message</summary>{_actions_html(work)}</details>"
+            f"<details><summary class='muted'><b>{esc_str(agent)}</b> is working: {len(work)} tool calls "
+            f"since its last message</summary>{_actions_html(work)}</details>"
         )
     return "".join(out)
 
@@ -448,7 +431,7 @@ def _actions_html(actions: list[dict[str, Any]]) -> str:
     for a in actions:
         mark = "" if a.get("ok", True) else " class='err'"
         parts.append(
-            f"<div class='act'><code{mark}>{_esc(a.get('name'))}({_esc(_args_text(a.get('arguments')))})</code>"
+            f"<div class='act'><code{mark}>{esc_str(a.get('name'))}({esc_str(_args_text(a.get('arguments')))})</code>"
             f"{_observation_html(str(a.get('observation', '…')))}</div>"
         )
     return "".join(parts)
@@ -479,10 +462,10 @@ def header_html(
     colour = _STATUS_COLOUR.get(status, "#57606a")
     shown = f"<span>{tokens:,} tokens</span>"
     if tokens_estimated(model):
-        shown = f"<span title='{_esc(ESTIMATED)}'>~{tokens:,} tokens (estimated)</span>"
+        shown = f"<span title='{esc_str(ESTIMATED)}'>~{tokens:,} tokens (estimated)</span>"
     return (
-        f"<div class='h'><span class='st' style='color:{colour}'>{_esc(status)}</span>"
-        f"<span><b>{_esc(agent)}</b></span><span class='muted'>{_esc(model)}</span>"
+        f"<div class='h'><span class='st' style='color:{colour}'>{esc_str(status)}</span>"
+        f"<span><b>{esc_str(agent)}</b></span><span class='muted'>{esc_str(model)}</span>"
         f"<span>{steps_label(steps, total)}</span>{shown}<span>${cost:.4f}</span>{extra}</div>"
     )
 
@@ -501,28 +484,28 @@ def trajectory_html(traj: "Trajectory", nested: bool = False) -> str:
             traj.cost,
             total=tree_steps(traj),
         ),
-        f"<div><span class='muted'>task:</span> {_esc(_field(traj.task))}</div>",
+        f"<div><span class='muted'>task:</span> {esc_str(field_text(traj.task))}</div>",
     ]
     if traj.forked_from and not nested:
         edit = traj.edit
-        what = f"; edited: {_esc(edit.get('kind'))}" if edit else ""
-        body.append(f"<div class='muted'>{_esc(traj.lineage())}{what}</div>")
+        what = f"; edited: {esc_str(edit.get('kind'))}" if edit else ""
+        body.append(f"<div class='muted'>{esc_str(traj.lineage())}{what}</div>")
     if traj.stages:
         body.append(staged_steps_html(traj.stages, traj.steps))
     else:
         body += [step_html(s) for s in traj.steps]
     if traj.messages or traj.threads:
-        orchestrator = next((t.get("orchestrator") for t in traj.threads if t.get("orchestrator")), "")
+        orchestrator = next((t["orchestrator"] for t in traj.threads if t.get("orchestrator")), "")
         body.append(threads_html(traj.threads, traj.messages, traj.agent_actions(), orchestrator))
     for child in traj.children:
         body.append(
-            f"<details><summary>sub-agent <b>{_esc(child.agent)}</b> · {_esc(child.status)} · "
+            f"<details><summary>sub-agent <b>{esc_str(child.agent)}</b> · {esc_str(child.status)} · "
             f"{len(child.steps)} steps</summary>{trajectory_html(child, nested=True)}</details>"
         )
     if traj.answer:
-        body.append(f"<div><span class='muted'>answer:</span><pre>{_esc(_field(traj.answer))}</pre></div>")
+        body.append(f"<div><span class='muted'>answer:</span><pre>{esc_str(field_text(traj.answer))}</pre></div>")
     inner = "".join(body)
-    return inner if nested else f"{_CSS}<div class='tea-t'>{inner}</div>"
+    return inner if nested else f"{CSS}<div class='tea-t'>{inner}</div>"
 
 
 def mimebundle(traj: "Trajectory") -> tuple[dict[str, Any], dict[str, Any]]:
@@ -546,49 +529,3 @@ def run_ids(traj: "Trajectory") -> dict[str, Any]:
     """The run's id and its sub-runs' ids, nested like the payload's ``children`` (in the bundle's
     metadata: the renderer's Fork and context buttons of a sub-agent's step name its own run)."""
     return {"id": traj.run_id, "children": [run_ids(c) for c in traj.children]}
-
-
-def context_html(ctx: Any) -> str:
-    """A step's context (:class:`~tea_notebook.runtime.contexts.StepContext`): the size of each
-    kind of part, then every part, those new since the previous step marked, texts folded."""
-    sizes = ctx.sizes()
-    total = max(1, ctx.chars)
-    bar = "".join(
-        f"<span title='{_esc(k)}: {v:,} characters' style='display:inline-block;height:8px;"
-        f"width:{max(1, round(300 * v / total))}px;background:{_KIND_COLOUR.get(k, '#8c959f')}'></span>"
-        for k, v in sizes.items()
-    )
-    legend = " · ".join(f"{_esc(k)} {v:,}" for k, v in sizes.items())
-    since = f" · new since step {ctx.previous_step} marked" if ctx.previous_step is not None else ""
-    rows = []
-    for p in ctx.parts:
-        mark = "<span class='badge'>new</span> " if p.changed else ""
-        first = next((line for line in p.text.splitlines() if line.strip()), "")
-        rows.append(
-            f"<details><summary>{mark}<b>{_esc(p.kind)}</b> <span class='muted'>({_esc(p.role)}, "
-            f"{p.chars:,} chars)</span> {_esc(_clip(first, 120))}</summary>"
-            f"<pre>{_esc(_clip(p.text, 20000))}</pre></details>"
-        )
-    removed = "".join(
-        f"<div class='muted'>removed since step {ctx.previous_step}: <s>{_esc(_clip(p.text, 160))}</s></div>"
-        for p in ctx.removed
-    )
-    clipped = "<div class='err'>an image of this request was too large to keep</div>" if ctx.clipped else ""
-    stage = f" ({_esc(ctx.stage)})" if ctx.stage else ""
-    return (
-        f"{_CSS}<div class='tea-t tea-context'><div class='h'><b>context of step {ctx.step}{stage}</b>"
-        f"<span>{ctx.chars:,} characters</span><span class='muted'>run {_esc(ctx.run_id)}{since}</span></div>"
-        f"<div>{bar}</div><div class='muted'>{legend}</div>{clipped}{''.join(rows)}{removed}</div>"
-    )
-
-
-_KIND_COLOUR = {
-    "system prompt": "#8250df",
-    "step info": "#57606a",
-    "task": "#0969da",
-    "history": "#1a7f37",
-    "memory folds": "#bf8700",
-    "todo": "#6e7781",
-    "environment": "#cf222e",
-    "tools": "#953800",
-}

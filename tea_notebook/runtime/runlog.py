@@ -12,18 +12,44 @@ import asyncio
 import json
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping, overload
+
+from typing_extensions import Unpack
 
 from tea_notebook.errors import TeaError
 from tea_notebook.models.client import ModelClient, ModelReply, display_name, resolve_model
 from tea_notebook.protocol.context import Context
 from tea_notebook.redaction import redact
+from tea_notebook.runtime.event_types import (
+    EgressRefusedEvent,
+    ErrorEvent,
+    EventType,
+    FinishedStatus,
+    MemoryWrittenEvent,
+    MessageEvent,
+    ModelRequestEvent,
+    ModelResponseEvent,
+    NoticeEvent,
+    RunFinishedEvent,
+    RunStartedEvent,
+    RunStartOptions,
+    StageEvent,
+    StepEvent,
+    ThreadEvent,
+    ToolCallEvent,
+    ToolCreatedEvent,
+    ToolDiscardedEvent,
+    ToolResultEvent,
+    ToolReusedEvent,
+)
 
 if TYPE_CHECKING:
     from tea_notebook.runtime.contexts import ContextRecorder
-    from tea_notebook.workspace import Workspace
+    from tea_notebook.runtime.host import RunHost
 
-DURABLE = ("run_started", "step", "error", "run_finished")  # written at once; the rest per step
+DURABLE: tuple[EventType, ...] = ("run_started", "step", "error", "run_finished")  # written at once; the rest per step
+Uses = list[tuple[str, list[tuple]]]
+"""Invocation counts written with an event: ``(registry kind, rows)``."""
 
 
 class RunInterrupted(TeaError):
@@ -33,7 +59,7 @@ class RunInterrupted(TeaError):
 class RunLog:
     """A run's identity, context, events and usage totals."""
 
-    def __init__(self, ws: "Workspace", agent: str, task: str, model: str, model_source: str, parent: Context | None):
+    def __init__(self, ws: "RunHost", agent: str, task: str, model: str, model_source: str, parent: Context | None):
         self.ws, self.events = ws, ws.events
         self.agent_name, self.task = agent, task
         self.model, self.model_source = model, model_source
@@ -43,7 +69,7 @@ class RunLog:
         self.ctx.notices = self.notice  # what this run's environments report (egress refusals) are its events
         # a caller's plain context (a notebook cell's) lends only its stop signal: this run is the
         # root of its own tree, with its own grants, sessions and run folder; a calling run is the parent
-        self.parent_run = parent.id if getattr(parent, "is_run", False) else None
+        self.parent_run = parent.id if parent is not None and getattr(parent, "is_run", False) else None
         if self.parent_run is None:
             self.ctx.root = self.run_id
             self.ctx.grants = set(parent.grants) if parent is not None else set()
@@ -62,16 +88,171 @@ class RunLog:
             recorder = self.__dict__["_contexts"] = ContextRecorder(self.events)
         return recorder
 
+    # one overload per event type (as in event_types.EVENT_DATA): a checker pairs the type with its data
+    @overload
     def emit(
         self,
-        type_: str,
-        data: dict[str, Any] | None = None,
+        type_: Literal["run_started"],
+        data: RunStartedEvent,
+        step: int | None = ...,
+        uses: Uses | None = ...,
+        durable: bool | None = ...,
+    ) -> None: ...
+    @overload
+    def emit(
+        self,
+        type_: Literal["model_request"],
+        data: ModelRequestEvent,
+        step: int | None = ...,
+        uses: Uses | None = ...,
+        durable: bool | None = ...,
+    ) -> None: ...
+    @overload
+    def emit(
+        self,
+        type_: Literal["model_response"],
+        data: ModelResponseEvent,
+        step: int | None = ...,
+        uses: Uses | None = ...,
+        durable: bool | None = ...,
+    ) -> None: ...
+    @overload
+    def emit(
+        self,
+        type_: Literal["step"],
+        data: StepEvent,
+        step: int | None = ...,
+        uses: Uses | None = ...,
+        durable: bool | None = ...,
+    ) -> None: ...
+    @overload
+    def emit(
+        self,
+        type_: Literal["tool_call"],
+        data: ToolCallEvent,
+        step: int | None = ...,
+        uses: Uses | None = ...,
+        durable: bool | None = ...,
+    ) -> None: ...
+    @overload
+    def emit(
+        self,
+        type_: Literal["tool_result"],
+        data: ToolResultEvent,
+        step: int | None = ...,
+        uses: Uses | None = ...,
+        durable: bool | None = ...,
+    ) -> None: ...
+    @overload
+    def emit(
+        self,
+        type_: Literal["memory_written"],
+        data: MemoryWrittenEvent,
+        step: int | None = ...,
+        uses: Uses | None = ...,
+        durable: bool | None = ...,
+    ) -> None: ...
+    @overload
+    def emit(
+        self,
+        type_: Literal["tool_created"],
+        data: ToolCreatedEvent,
+        step: int | None = ...,
+        uses: Uses | None = ...,
+        durable: bool | None = ...,
+    ) -> None: ...
+    @overload
+    def emit(
+        self,
+        type_: Literal["tool_discarded"],
+        data: ToolDiscardedEvent,
+        step: int | None = ...,
+        uses: Uses | None = ...,
+        durable: bool | None = ...,
+    ) -> None: ...
+    @overload
+    def emit(
+        self,
+        type_: Literal["tool_reused"],
+        data: ToolReusedEvent,
+        step: int | None = ...,
+        uses: Uses | None = ...,
+        durable: bool | None = ...,
+    ) -> None: ...
+    @overload
+    def emit(
+        self,
+        type_: Literal["error"],
+        data: ErrorEvent,
+        step: int | None = ...,
+        uses: Uses | None = ...,
+        durable: bool | None = ...,
+    ) -> None: ...
+    @overload
+    def emit(
+        self,
+        type_: Literal["run_finished"],
+        data: RunFinishedEvent,
+        step: int | None = ...,
+        uses: Uses | None = ...,
+        durable: bool | None = ...,
+    ) -> None: ...
+    @overload
+    def emit(
+        self,
+        type_: Literal["stage"],
+        data: StageEvent,
+        step: int | None = ...,
+        uses: Uses | None = ...,
+        durable: bool | None = ...,
+    ) -> None: ...
+    @overload
+    def emit(
+        self,
+        type_: Literal["message"],
+        data: MessageEvent,
+        step: int | None = ...,
+        uses: Uses | None = ...,
+        durable: bool | None = ...,
+    ) -> None: ...
+    @overload
+    def emit(
+        self,
+        type_: Literal["thread"],
+        data: ThreadEvent,
+        step: int | None = ...,
+        uses: Uses | None = ...,
+        durable: bool | None = ...,
+    ) -> None: ...
+    @overload
+    def emit(
+        self,
+        type_: Literal["egress_refused"],
+        data: EgressRefusedEvent,
+        step: int | None = ...,
+        uses: Uses | None = ...,
+        durable: bool | None = ...,
+    ) -> None: ...
+    @overload
+    def emit(
+        self,
+        type_: Literal["notice"],
+        data: NoticeEvent,
+        step: int | None = ...,
+        uses: Uses | None = ...,
+        durable: bool | None = ...,
+    ) -> None: ...
+    def emit(
+        self,
+        type_: EventType,
+        data: Mapping[str, Any] | None = None,
         step: int | None = None,
-        uses: list[tuple[str, list[tuple]]] | None = None,
+        uses: Uses | None = None,
         durable: bool | None = None,
     ) -> None:
-        """One event of this run (``uses``: invocation counts written in the same transaction;
-        ``durable``: written at once, by default for the types in :data:`DURABLE`)."""
+        """One event of this run: ``data`` is the type's ``TypedDict`` (the overloads pair them);
+        ``uses``: invocation counts written in the same transaction; ``durable``: written at once,
+        by default for the types in :data:`DURABLE`."""
         payload = {"root_run": self.ctx.root, "agent": self.agent_name, **(data or {})}
         flush = type_ in DURABLE if durable is None else durable
         self.events.emit(self.run_id, type_, payload, parent_id=self.parent_run, step=step, flush=flush, uses=uses)
@@ -80,7 +261,8 @@ class RunLog:
         """An event reported by an environment or a network action of this run (any thread), filed
         under the step in progress."""
         done = getattr(self, "steps", 0)
-        self.emit(kind, data, (len(done) if isinstance(done, list) else int(done)) + 1)
+        emit: Callable[..., None] = self.emit  # the type is named at run time (EventLog.emit checks it)
+        emit(kind, data, (len(done) if isinstance(done, list) else int(done)) + 1)
 
     def attach(self, files: list[str]) -> list[str]:
         """Absolute paths of ``files``; at the root of a run tree (a person's call) they become the
@@ -90,7 +272,7 @@ class RunLog:
             self.ctx.attachments.update(paths)
         return paths
 
-    def start(self, *, fork: tuple[str, int] | None = None, **started: Any) -> None:
+    def start(self, *, fork: tuple[str, int] | None = None, **started: Unpack[RunStartOptions]) -> None:
         """Record the run and emit ``run_started`` (with ``started`` fields)."""
         self.ws.db.start_run(  # the store redacts and clips the task
             {
@@ -111,14 +293,14 @@ class RunLog:
             note = NO_MODEL_NOTE
         self.emit(
             "run_started",
-            {
-                "task": self.task,
-                "model": self.model,
-                "model_display": display_name(self.model),
-                "model_source": self.model_source,
-                "note": note,
+            RunStartedEvent(
+                task=self.task,
+                model=self.model,
+                model_display=display_name(self.model),
+                model_source=self.model_source,
+                note=note,
                 **started,
-            },
+            ),
         )
 
     def owns_sessions(self) -> bool:
@@ -143,17 +325,32 @@ class RunLog:
         defaults.update({k: v for k, v in getattr(self.ctx, "model_options", {}).items() if v is not None})
         return defaults
 
-    def request_event(self, client: ModelClient, model: str, **data: Any) -> dict[str, Any]:
+    def request_event(
+        self,
+        client: ModelClient,
+        model: str,
+        *,
+        messages: int,
+        context: str | None,
+        prompt_chars: int | None = None,
+        stage: str | None = None,
+    ) -> ModelRequestEvent:
         """The ``model_request`` event's data: with the call's ``timeout`` (and when it started) so a
         live view can count down while it waits, its ``retries`` and server."""
         settings = client.settings(model, self.model_defaults())
-        return {
-            "model": model,
-            **data,
-            "timeout": settings["timeout"],
-            "retries": settings["retries"],
-            "api_base": settings["api_base"],
-        }
+        event = ModelRequestEvent(
+            model=model,
+            messages=messages,
+            context=context,
+            timeout=settings["timeout"],
+            retries=settings["retries"],
+            api_base=settings["api_base"],
+        )
+        if prompt_chars is not None:
+            event["prompt_chars"] = prompt_chars
+        if stage is not None:
+            event["stage"] = stage
+        return event
 
     async def logged_call(
         self, client: ModelClient, model: str, messages: list[dict[str, Any]], stage: str, step: int
@@ -166,17 +363,17 @@ class RunLog:
         self.count(reply)
         self.emit(
             "model_response",
-            {
-                "model": model,
-                "content": reply.content,
-                "tool_calls": [],
-                "prompt_tokens": reply.prompt_tokens,
-                "completion_tokens": reply.completion_tokens,
-                "cost": reply.cost,
-                "latency": reply.latency,
-                "scripted": reply.scripted,
-                "stage": stage,
-            },
+            ModelResponseEvent(
+                model=model,
+                content=reply.content,
+                tool_calls=[],
+                prompt_tokens=reply.prompt_tokens,
+                completion_tokens=reply.completion_tokens,
+                cost=reply.cost,
+                latency=reply.latency,
+                scripted=reply.scripted,
+                stage=stage,
+            ),
             step,
         )
         return reply
@@ -187,7 +384,9 @@ class RunLog:
         self.completion_tokens += reply.completion_tokens
         self.cost += reply.cost
 
-    def close(self, status: str, answer: str, error: str | None, steps: int, files: list[str] | None = None) -> None:
+    def close(
+        self, status: FinishedStatus, answer: str, error: str | None, steps: int, files: list[str] | None = None
+    ) -> None:
         """Emit ``run_finished`` with totals that include the sub-runs (what this task cost)."""
         nested = [r for r in self.ws.db.descendants(self.run_id) if r != self.run_id]
         prompt, completion, cost = self.ws.db.model_usage(nested)
@@ -196,16 +395,16 @@ class RunLog:
         self.cost += cost
         self.emit(
             "run_finished",
-            {
-                "status": status,
-                "answer": answer,
-                "error": error,
-                "steps": steps,
-                "prompt_tokens": self.prompt_tokens,
-                "completion_tokens": self.completion_tokens,
-                "cost": self.cost,
-                "files": files or [],
-            },
+            RunFinishedEvent(
+                status=status,
+                answer=answer,
+                error=error,
+                steps=steps,
+                prompt_tokens=self.prompt_tokens,
+                completion_tokens=self.completion_tokens,
+                cost=self.cost,
+                files=files or [],
+            ),
         )
         self.ws.db.finish_run(self.run_id, status, answer or error or "")  # redacted and clipped there
 
@@ -221,7 +420,7 @@ class Process(RunLog):
 
     def __init__(
         self,
-        ws: "Workspace",
+        ws: "RunHost",
         agent: str,
         task: str,
         *,
@@ -233,7 +432,7 @@ class Process(RunLog):
         super().__init__(ws, agent, task, resolved, source, context)
         self.client = client or ModelClient()
         self.steps = 0
-        self._result: tuple[str, str, str | None] | None = None
+        self._result: tuple[FinishedStatus, str, str | None] | None = None
 
     async def __aenter__(self) -> "Process":
         self.start(process=True)
@@ -241,17 +440,20 @@ class Process(RunLog):
 
     async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         if self._result is None:
-            if exc is None:
-                self._result = ("success", "", None)
-            elif isinstance(exc, (RunInterrupted, asyncio.CancelledError)):
-                self._result = ("interrupted", "", "stopped by the user")
-            else:
-                self.emit("error", {"kind": type(exc).__name__, "message": str(exc)})
-                self._result = ("error", "", f"{type(exc).__name__}: {exc}")
+            self._result = self._ending(exc)
         status, answer, error = self._result
         self.close(status, answer, error, self.steps)
 
-    def finish(self, status: str, answer: str = "", error: str | None = None) -> None:
+    def _ending(self, exc: BaseException | None) -> tuple[FinishedStatus, str, str | None]:
+        """How the run ends when :meth:`finish` did not say: by the exception that left the block."""
+        if exc is None:
+            return "success", "", None
+        if isinstance(exc, (RunInterrupted, asyncio.CancelledError)):
+            return "interrupted", "", "stopped by the user"
+        self.emit("error", ErrorEvent(kind=type(exc).__name__, message=str(exc)))
+        return "error", "", f"{type(exc).__name__}: {exc}"
+
+    def finish(self, status: FinishedStatus, answer: str = "", error: str | None = None) -> None:
         """Set how the run ends (it is recorded when the ``async with`` block exits)."""
         self._result = (status, answer, error)
 
@@ -279,13 +481,13 @@ class Process(RunLog):
         """Record one step made of several ``(name, args, observation)`` actions (a research round:
         its searches, the pages read, the evidence); an observation starting "Error" shows as failed."""
         self.steps += 1
-        data = {
-            "thinking": thinking,
-            "evaluation": evaluation,
-            "memory": memory,
-            "next_goal": next_goal,
-            "results": [[n, json.dumps(redact(a or {}), ensure_ascii=False), obs] for n, a, obs in actions],
-        }
+        data = StepEvent(
+            thinking=thinking,
+            evaluation=evaluation,
+            memory=memory,
+            next_goal=next_goal,
+            results=[[n, json.dumps(redact(a or {}), ensure_ascii=False), obs] for n, a, obs in actions],
+        )
         self.emit("step", data, self.steps)
         return self.steps
 

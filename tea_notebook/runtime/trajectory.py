@@ -8,23 +8,21 @@ from typing import TYPE_CHECKING, Any
 
 from tea_notebook.errors import NotFoundError
 from tea_notebook.models.client import display_name
+from tea_notebook.runtime.event_types import RunStatus
 from tea_notebook.runtime.events import Event
+from tea_notebook.runtime.steps import StepRecord
 from tea_notebook.store.blobs import shorten
 
 if TYPE_CHECKING:
     from tea_notebook.runtime.contexts import StepContext
-    from tea_notebook.workspace import Workspace
+    from tea_notebook.runtime.host import RunHost
 
 
 @dataclass
-class StepView:
-    """One step as it happened: the model's thoughts, each action with its observation, the cost."""
+class StepView(StepRecord):
+    """One step as it happened: its record (the model's thoughts, each action's result, a fork's
+    ``note``), each action with its call id and observation, the cost, the errors."""
 
-    number: int
-    thinking: str = ""
-    evaluation: str = ""
-    memory: str = ""
-    next_goal: str = ""
     actions: list[dict[str, Any]] = field(default_factory=list)
     prompt_tokens: int = 0
     completion_tokens: int = 0
@@ -34,8 +32,6 @@ class StepView:
     errors: list[str] = field(default_factory=list)
     #: what a fork changed at this step (``{"kind": "observation", "before": ..., "after": ...}``), if anything
     edited: dict[str, Any] | None = None
-    #: how a fork took this step when not from the model ("actions edited", "re-executed live", ...)
-    note: str = ""
     #: ``(start, end)`` times of the step's tool calls (see :attr:`tool_time`)
     tool_spans: list[tuple[float, float]] = field(default_factory=list, repr=False)
 
@@ -69,7 +65,7 @@ class Trajectory:
     agent: str
     task: str
     model: str
-    status: str
+    status: RunStatus
     answer: str
     steps: list[StepView]
     children: list["Trajectory"]
@@ -88,7 +84,7 @@ class Trajectory:
     workspace: Any = field(default=None, repr=False, compare=False)
 
     @classmethod
-    def load(cls, workspace: "Workspace", run_id: str) -> "Trajectory":
+    def load(cls, workspace: "RunHost", run_id: str) -> "Trajectory":
         """Rebuild a run (an id prefix is enough) from the workspace's events."""
         row = workspace.db.run_row(run_id)
         if row is None:
@@ -97,7 +93,7 @@ class Trajectory:
         return cls._build(workspace, row, events)
 
     @classmethod
-    def _build(cls, workspace: "Workspace", row: dict, events: list[Event]) -> "Trajectory":
+    def _build(cls, workspace: "RunHost", row: dict, events: list[Event]) -> "Trajectory":
         own = [e for e in events if e.run_id == row["id"]]
         steps: dict[int, StepView] = {}
         memory: list[dict[str, Any]] = []
@@ -133,14 +129,13 @@ class Trajectory:
                             latency=d.get("latency"),
                         )
             elif e.type == "step":
-                view.thinking, view.evaluation = d.get("thinking", ""), d.get("evaluation", "")
-                view.memory, view.next_goal = d.get("memory", ""), d.get("next_goal", "")
+                view.read_event(d)
                 view.replayed = bool(d.get("replayed"))
                 view.edited = d.get("edited") or None
                 view.note = d.get("note", "")
                 if view.replayed or not view.actions:
                     done = {a["name"] for a in view.actions}
-                    for tool, args, result in d.get("results", []):
+                    for tool, args, result in view.results:
                         if isinstance(args, str):
                             try:
                                 args = json.loads(args)

@@ -24,7 +24,7 @@ import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
 
 from tea_notebook.errors import NotFoundError, WorkspaceError
 from tea_notebook.redaction import redact
@@ -36,6 +36,12 @@ if TYPE_CHECKING:  # numpy loads when vectors are first touched, not with the wo
 
 FORMAT = "tea_notebook"
 SCHEMA_VERSION = 1
+EVENTS_VERSION = 1
+"""The shape of the stored events (``meta.events_version``), as :mod:`tea_notebook.runtime.event_types`
+declares it. A workspace made before events were versioned has none (version 0). A release that
+changes what an event holds raises it and adds the step that rewrites older events to
+:data:`_EVENT_MIGRATIONS`; opening a workspace runs the steps it lacks. Separate from the schema
+version: an older release still opens a workspace whose events it reads the same."""
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
 _SCHEMA = """
@@ -225,6 +231,32 @@ def _init_schema(cur: sqlite3.Cursor) -> None:
     cur.execute("CREATE INDEX IF NOT EXISTS runs_by_status ON runs(status)")
     cur.execute("INSERT OR IGNORE INTO meta VALUES ('format', ?)", (FORMAT,))
     cur.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+    _migrate_events(cur)
+
+
+def _events_0_to_1(cur: sqlite3.Cursor) -> None:
+    """Events before they were typed (issue 27): the definitions name every field as the emit sites
+    wrote it then, so no stored event changes; the step only stamps the version."""
+
+
+# step i brings stored events from version i to i + 1
+_EVENT_MIGRATIONS: tuple[Callable[[sqlite3.Cursor], None], ...] = (_events_0_to_1,)
+
+
+def _events_version(found: str | None) -> int:
+    return int(found) if found is not None else 0
+
+
+def _migrate_events(cur: sqlite3.Cursor) -> None:
+    """Bring the stored events to :data:`EVENTS_VERSION` inside the open write transaction (a newer
+    version was refused before: see :func:`_check_is_ours`)."""
+    row = cur.execute("SELECT value FROM meta WHERE key='events_version'").fetchone()
+    found = _events_version(row[0] if row else None)
+    if found >= EVENTS_VERSION:
+        return
+    for step in _EVENT_MIGRATIONS[found:EVENTS_VERSION]:
+        step(cur)
+    cur.execute("INSERT OR REPLACE INTO meta VALUES ('events_version', ?)", (str(EVENTS_VERSION),))
 
 
 def _create(path: Path) -> None:
@@ -300,6 +332,12 @@ def _check_is_ours(path: Path) -> None:
     if found > SCHEMA_VERSION:
         raise WorkspaceError(
             f"{path} was written by a newer tea_notebook (schema {found}, this one reads {SCHEMA_VERSION})"
+        )
+    events = _events_version(rows.get("events_version"))
+    if events > EVENTS_VERSION:
+        raise WorkspaceError(
+            f"{path} holds events of a newer tea_notebook (events version {events}, this one reads "
+            f"{EVENTS_VERSION}): open it with that release"
         )
 
 
@@ -529,7 +567,7 @@ class Database:
             "last_used FROM usage WHERE kind=?"
         )
         rows = self._read(sql + " AND name=?", (kind, name)) if name else self._read(sql, (kind,))
-        return {r[0]: tuple(r[1:]) for r in rows}  # type: ignore[misc]
+        return {r[0]: tuple(r[1:]) for r in rows}
 
     # -- runs and events ----------------------------------------------------------------
     def start_run(self, row: dict) -> None:
@@ -876,8 +914,8 @@ class Database:
 
     # -- blobs --------------------------------------------------------------------------
     @staticmethod
-    def _put_blobs(cur: sqlite3.Cursor, blobs: "dict[str, str | tuple[int, list]]") -> None:
-        rows = []
+    def _put_blobs(cur: sqlite3.Cursor, blobs: Mapping[str, str | tuple[int, list]]) -> None:
+        rows: list[tuple[str, int, bytes | None, str | None]] = []
         for key, kept in blobs.items():
             if isinstance(kept, str):
                 rows.append((key, len(kept), kept.encode("utf-8", "surrogatepass"), None))
@@ -886,7 +924,7 @@ class Database:
                 rows.append((key, size, None, json.dumps(recipe)))
         cur.executemany("INSERT OR IGNORE INTO blobs(digest, size, data, recipe) VALUES (?,?,?,?)", rows)
 
-    def put_blobs(self, blobs: "dict[str, str | tuple[int, list]]") -> None:
+    def put_blobs(self, blobs: Mapping[str, str | tuple[int, list]]) -> None:
         """Keep full texts by their sha256: ``digest -> text``, or ``digest -> (length, recipe)``
         for a text made of kept ones (see :mod:`tea_notebook.store.blobs`). A kept digest costs nothing."""
         if blobs:
@@ -900,6 +938,7 @@ class Database:
         if not rows:
             return None
         data, recipe = rows[0]
+        text: str | None
         if data is not None:
             text = bytes(data).decode("utf-8", "surrogatepass")
         elif _depth < 16:

@@ -12,7 +12,7 @@ import math
 import os
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # numpy and faiss load when vectors are first touched, not with the workspace
     import numpy as np
@@ -23,7 +23,7 @@ _FAISS_LOCK = threading.Lock()
 _TRAIN_PER_LIST = 40
 
 
-def _faiss():
+def _faiss() -> Any:  # the faiss module (it has no type information)
     """Import faiss on first use; one OpenMP thread, since single queries are thread start-up bound."""
     global _FAISS_READY
     import faiss
@@ -45,11 +45,11 @@ class VectorIndex:
         self._trained_on = 0
         self._index = self._flat()
 
-    def _flat(self):
+    def _flat(self) -> Any:
         faiss = _faiss()
         return faiss.IndexIDMap2(faiss.IndexFlatIP(self.dim))
 
-    def _ivf(self, vectors: np.ndarray):
+    def _ivf(self, vectors: np.ndarray) -> Any:
         import numpy as np
 
         faiss = _faiss()

@@ -1,0 +1,122 @@
+"""One flag table for the subcommands both front ends have: ``tea …`` (argparse, :mod:`tea_notebook.cli`)
+and ``%tea …`` (the magics, :mod:`tea_notebook.notebook.magics`).
+
+Each subcommand's flags are declared once here, as :class:`Flag` specs, and both parsers are built
+from them (:func:`add_flags`), so ``tea eval`` and ``%tea eval`` cannot drift apart. A flag only one
+front end has says so in ``only`` (how the CLI prints, say) and why, in ``help``. Positional
+arguments stay with each front end: ``tea eval TASKS --agent A`` but ``%tea eval AGENT TASKS``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from typing import Any, Callable, Literal
+
+FrontEnd = Literal["cli", "magic"]
+
+
+def _count_or_share(value: str) -> int | float:
+    """``--fail-on-error``: a count (``3``) or a share of the samples (``0.1``)."""
+    return float(value) if "." in value else int(value)
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One option of a subcommand, as ``parser.add_argument`` takes it."""
+
+    name: str
+    help: str = ""
+    type: Callable[[str], Any] | None = None
+    default: Any = None
+    choices: tuple[str, ...] | None = None
+    action: str | None = None
+    metavar: str | None = None
+    #: the one front end that has this flag (None: both)
+    only: FrontEnd | None = None
+
+    @property
+    def dest(self) -> str:
+        """The attribute the parsed arguments hold the value in (``--max-steps`` → ``max_steps``)."""
+        return self.name.lstrip("-").replace("-", "_")
+
+    def add_to(self, parser: argparse.ArgumentParser) -> None:
+        """Declare the flag on ``parser``."""
+        options: dict[str, Any] = {"dest": self.dest, "default": self.default, "help": self.help or None}
+        if self.action is not None:
+            options["action"] = self.action
+        else:
+            for key in ("type", "choices", "metavar"):
+                if getattr(self, key) is not None:
+                    options[key] = getattr(self, key)
+        parser.add_argument(self.name, **options)
+
+
+MODEL_HELP = "a litellm model name, or tea/test, tea/demo, tea/replay:PATH"
+
+#: ``tea eval`` / ``%tea eval``: what goes to :func:`tea_notebook.eval.runner.evaluate` (and how it prints)
+EVAL = (
+    Flag("--name", "the evaluation's name (rerun it to resume)", metavar="NAME"),
+    Flag("--model", MODEL_HELP, metavar="M"),
+    Flag("--scorer", "how answers are scored", default="gaia", choices=("gaia", "exact", "contains")),
+    Flag("--concurrency", "tasks at a time", type=int, default=1),
+    Flag("--timeout", "seconds per task", type=float, metavar="S"),
+    Flag("--max-steps", "step limit per task", type=int),
+    Flag("--max-tokens", "token budget per task", type=int),
+    Flag("--cost-cap", "USD for the evaluation: no new task starts past it", type=float, metavar="USD"),
+    Flag("--retry-errors", "run the tasks that ended in an error again", action="store_true", default=False),
+    Flag("--limit", "only the first N tasks", type=int),
+    Flag("--engine", "where tasks run", default="local", choices=("local", "ray")),
+    Flag("--address", "a Ray cluster to join (default: a local Ray)", metavar="A"),
+    Flag("--epochs", "runs of each task (mean ± stderr, pass@k)", type=int, default=1, metavar="K"),
+    Flag("--reducer", "a task's epochs to one score: mean, max, min, median, majority", default="mean", metavar="R"),
+    Flag("--retries", "retries of a sample the model provider failed (default 3)", type=int, default=3),
+    Flag(
+        "--fail-on-error",
+        "stop once this many samples (an int) or this share of them (0.1) failed on the provider's side",
+        type=_count_or_share,
+        metavar="N|SHARE",
+    ),
+    Flag("--inspect-log", "also write an Inspect AI log (.eval)", metavar="PATH"),
+    Flag("--quiet", "no progress bar", action="store_true", default=False),
+    Flag(
+        "--agent",
+        "a registered agent, or a kind's shortcut: researcher, orchestra, toolself, coral... (%tea eval takes AGENT "
+        "as its first word)",
+        default="agent",
+        only="cli",
+    ),
+    Flag("--show", "rows of the results to print", type=int, default=20, only="cli"),
+    Flag("--json", "print only the summary as JSON", action="store_true", default=False, only="cli"),
+)
+#: the :func:`~tea_notebook.eval.runner.evaluate` options among :data:`EVAL` (the rest say how to print)
+EVAL_OPTIONS = tuple(f.dest for f in EVAL if f.only is None and f.dest != "quiet")
+
+#: ``tea doctor`` / ``%tea doctor [MODEL]``
+DOCTOR = (
+    Flag("--model", "the model to check (default: $TEA_MODEL, else the offline demo)", metavar="M"),
+    Flag("--api-base", "an OpenAI-compatible server's URL (http://127.0.0.1:8000/v1)", metavar="URL"),
+    Flag("--timeout", "seconds per check call (default 30)", type=float, default=30.0, metavar="S"),
+    Flag("--json", "print the report as JSON", action="store_true", default=False, only="cli"),
+)
+
+#: ``tea runs`` / ``%tea runs``
+RUNS = (Flag("--limit", "how many recent runs", type=int, default=20),)
+
+#: the subcommands both front ends have, with their flags
+TABLE: dict[str, tuple[Flag, ...]] = {"eval": EVAL, "doctor": DOCTOR, "runs": RUNS}
+
+
+def flags(subcommand: str, front_end: FrontEnd) -> tuple[Flag, ...]:
+    """The flags ``subcommand`` has in ``front_end``."""
+    return tuple(f for f in TABLE[subcommand] if f.only in (None, front_end))
+
+
+def add_flags(parser: argparse.ArgumentParser, subcommand: str, front_end: FrontEnd) -> argparse.ArgumentParser:
+    """Declare ``subcommand``'s flags (those of ``front_end``) on ``parser``; return it."""
+    for flag in flags(subcommand, front_end):
+        flag.add_to(parser)
+    return parser
+
+
+__all__ = ["DOCTOR", "EVAL", "EVAL_OPTIONS", "RUNS", "TABLE", "Flag", "add_flags", "flags"]

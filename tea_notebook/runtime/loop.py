@@ -1,0 +1,802 @@
+"""The tool-calling loop of one run (AgentOrchestra App. I), readable in one sitting.
+
+:meth:`AgentRun.execute` takes steps until a control tool (``done``) ends the run, the step limit
+comes, or the run is stopped. One step (:meth:`AgentRun._step`): :meth:`~AgentRun._choose` what to
+do (ask the model, or take a fork's override), then either a control tool ends or continues the
+run, or the actions run in order (sub-agent dispatches concurrently); the step is recorded and old
+steps are folded into summaries when over budget. A reply the loop cannot act on is handled in one
+place (:meth:`~AgentRun._malformed`): shown to the model, counted, and the run ends in ``error``
+after ``max_consecutive_errors`` in a row. Everything that happens is an event in the workspace store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Awaitable
+
+from tea_notebook.errors import TeaError
+from tea_notebook.models.client import DEMO_MODEL, ModelError, ModelReply, ToolCall, is_offline, takes_images
+from tea_notebook.protocol.context import Context
+from tea_notebook.runtime.event_types import (
+    ErrorEvent,
+    FinishedStatus,
+    ForkUnit,
+    MemoryWrittenEvent,
+    ModelResponseEvent,
+    NoticeEvent,
+    ToolCallEvent,
+    ToolResultEvent,
+)
+from tea_notebook.runtime.forking import ForkPlan, StepOverride
+from tea_notebook.runtime.prompts import DONE_TOOL, build_messages
+from tea_notebook.runtime.records import RunResult, StepRecord
+from tea_notebook.runtime.replies import MalformedReply, read_reply
+from tea_notebook.runtime.runlog import RunInterrupted, RunLog
+from tea_notebook.runtime.todo import TodoList
+
+if TYPE_CHECKING:
+    from tea_notebook.runtime.agent import Agent
+
+TODO_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "action": {"type": "string", "enum": ["add", "complete", "update", "list", "clear", "show", "export"]},
+        "steps": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "description": {"type": "string"},
+                    "priority": {"type": "string", "enum": ["high", "medium", "low"]},
+                    "category": {"type": "string"},
+                    "parameters": {"type": "object"},
+                },
+                "required": ["description"],
+            },
+        },
+        "step_id": {"type": "integer"},
+        "status": {"type": "string", "enum": ["success", "failed"]},
+        "result": {"type": "string"},
+        "description": {"type": "string"},
+        "priority": {"type": "string", "enum": ["high", "medium", "low"]},
+    },
+    "required": ["action"],
+    "additionalProperties": False,
+}
+TODO_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "todo",
+        "description": (
+            "Keep the plan in todo.md: add steps, complete/update a step, list, clear finished, show, export."
+        ),
+        "parameters": TODO_SCHEMA,
+    },
+}
+#: error types of a call that never reached the tool (the model's malformed call, not a tool failure)
+INVALID_CALL = frozenset({"ValidationError", "NotFoundError", "NotBoundError"})
+#: seconds a stopped run waits for the tools it was running to end (synchronous ones cannot be killed)
+STOP_GRACE = 1.0
+#: the :meth:`Context.state` scope where a fork leaves the sub-agent forks its delegated calls continue
+SUBFORKS = "tea.subforks"
+
+
+def routable(record: Any) -> bool:
+    """Whether a tool may be offered to an agent that did not name it (tools marked
+    ``metadata["routing"] == "explicit"``, like CORAL's message tools, are offered only by name)."""
+    return record.metadata.get("routing") != "explicit"
+
+
+def pending_subforks(context: Context | None, agent: str) -> list[ForkPlan]:
+    """The fork plans that ``agent``'s runs delegated from the run of ``context`` continue, in order
+    (a forked run whose step re-runs a call of ``agent`` continues that call's own fork)."""
+    if context is None:
+        return []
+    plans: list[ForkPlan] = context.state(SUBFORKS).get(agent, [])
+    return plans
+
+
+@dataclass
+class Outcome:
+    """What a control tool (one the loop handles itself: ``done``, ToolSelf's ``finish`` and
+    ``reconfigure``, CORAL's ``submit_answer``) did: ``end`` the run with ``status``, ``go_on`` with
+    ``observation``, or was ``invalid`` (``observation`` says why; it counts as a malformed output)."""
+
+    kind: str
+    observation: str = ""
+    status: FinishedStatus = "success"  # read only when ``kind`` is "end"
+    answer: str = ""
+    files: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Ending:
+    """How a run ends: its status, answer, error and the files it shows."""
+
+    status: FinishedStatus
+    answer: str = ""
+    error: str | None = None
+    files: list[str] = field(default_factory=list)
+
+
+def _content_chars(message: dict[str, Any]) -> int:
+    content = message["content"]
+    if isinstance(content, str):
+        return len(content)
+    return sum(len(part.get("text", "")) for part in content)
+
+
+class AgentRun(RunLog):
+    """The state of one run; :meth:`execute` is the loop. Subclasses change the rules through the hooks
+    ``_controls``/``_control`` (loop-handled tools), ``_messages`` (the prompt) and ``_before_step``."""
+
+    #: what ``ws.fork`` replays of such a run (recorded in ``run_started``; None: it cannot be forked)
+    fork_unit: ForkUnit | None = "steps"
+
+    def __init__(
+        self,
+        agent: "Agent",
+        task: str,
+        files: list[str],
+        model: str | None,
+        parent: Context | None,
+        max_steps: int,
+        replay: "ForkPlan | list[StepRecord] | None",
+        fork: tuple[str, int] | None,
+    ):
+        resolved, source = agent.resolved_model(model)
+        super().__init__(agent.workspace, agent.name, task, resolved, source, parent)
+        self.agent, self.max_steps = agent, max_steps
+        self.files = self.attach(files) if files else []
+        self.todo = TodoList(self.folder / "todo.md") if agent.todo else None
+        #: how this run starts from a stored one (a fork, a resume); empty for a fresh run
+        self.plan = replay if isinstance(replay, ForkPlan) else ForkPlan.of_steps(list(replay or []))
+        self.steps: list[StepRecord] = list(self.plan.live)
+        self.last_step = self.plan.last_step
+        self.summaries: list[str] = list(self.plan.summaries)
+        recalled = self.ws.memory_store.recall(task) if len(self.ws.memory) else []
+        self.insights: list[str] = list(self.plan.insights) + [i for i in recalled if i not in self.plan.insights]
+        #: the step being taken without asking the model (see :class:`StepOverride`), if any
+        self.override: StepOverride | None = None
+        self.fork = fork
+        self.agent_tools: set[str] = set()
+        #: steps in a row the model got wrong (see :meth:`_malformed`)
+        self.consecutive_errors = 0
+        #: tools whose call failed since the last action that succeeded (see :meth:`_decided_status`)
+        self.unrecovered: list[str] = []
+        #: tool calls running now, by call id: ``(name, step)`` (a stop names those still running)
+        self.in_flight: dict[str, tuple[str, int]] = {}
+        self.reported_stops: set[str] = set()  # call ids already reported as cut short by a stop
+        self.native = self._native()
+        self._offer_cache: tuple[tuple, list[dict[str, Any]], set[str]] | None = None
+        self._hidden: tuple[int, int] | None = None
+
+    def _native(self) -> bool:
+        if self.agent.tool_mode != "auto":
+            return self.agent.tool_mode == "native"
+        if is_offline(self.model):
+            return True
+        if "litellm" not in sys.modules:
+            return False  # decided again in execute(), once litellm is imported off the event loop
+        try:
+            from tea_notebook.models.client import import_litellm
+
+            return bool(import_litellm().supports_function_calling(model=self.model))
+        except Exception:  # noqa: BLE001 - unknown model: the JSON protocol works everywhere
+            return False
+
+    # -- the loop -------------------------------------------------------------------------
+    async def execute(self) -> RunResult:
+        """Run the loop to its end and return the run's result."""
+        await self._begin()
+        ending = Ending("max_steps")
+        try:
+            for step in range(self.last_step + 1, self.max_steps + 1):
+                self._check_stop()
+                stop = await self._before_step(step)
+                if stop is not None:
+                    ending = Ending(*stop)
+                    break
+                ended = await self._step(step)
+                if ended is not None:
+                    ending = ended
+                    break
+            else:
+                ending.answer = "The step limit was reached before the task was done."
+        except RunInterrupted:
+            ending = Ending("interrupted", error="stopped by the user")
+        except ModelError as exc:
+            ending = Ending("error", error=str(exc))
+            self.emit("error", ErrorEvent(kind="model", message=str(exc)))
+        except TeaError as exc:
+            ending = Ending("error", error=str(exc))
+            self.emit("error", ErrorEvent(kind=type(exc).__name__, message=str(exc)))
+        except asyncio.CancelledError:
+            self._close(Ending("interrupted", error="cancelled"))
+            self._release_sessions_later()
+            raise
+        result = self._close(ending)
+        await self.release_sessions()
+        return result
+
+    async def _step(self, step: int) -> Ending | None:
+        """Take one step; how the run ends there, or None to go on."""
+        tools, self.agent_tools = self._offered()
+        record, calls, problem = await self._choose(step, tools)
+        if problem is not None:
+            return self._malformed(record, problem)
+        if calls[0].name in self._controls():
+            return await self._control_step(record, calls[0])
+        calls = calls[: self.agent.max_actions]
+        outcomes = await self._run_actions(calls, step)
+        for c, (obs, _ok, _err) in zip(calls, outcomes):
+            record.results.append((c.name, json.dumps(c.arguments, ensure_ascii=False, default=str), obs))
+        all_invalid = all(err in INVALID_CALL for _, _, err in outcomes)
+        self.consecutive_errors = self.consecutive_errors + 1 if all_invalid else 0
+        self._finish_step(record)
+        ending = self._too_many_errors(f"{self.consecutive_errors} consecutive steps whose every action was invalid")
+        if ending is None:
+            await self._fold_memory(step)
+        return ending
+
+    async def _choose(self, step: int, tools: list[dict[str, Any]]) -> tuple[StepRecord, list[ToolCall], str | None]:
+        """What step ``step`` does: the model's reply read into thoughts and actions, or the fork's
+        override of the step (:meth:`_take_override`); with what is wrong with it (None: nothing)."""
+        override = self._take_override(step)
+        record = StepRecord(step, note=override.note if override is not None else "")
+        if override is not None and override.calls is not None:
+            thoughts, calls = dict(override.thoughts), list(override.calls)
+        else:
+            reply = await self._call_model(step, tools, override.messages if override is not None else None)
+            try:
+                thoughts, calls = read_reply(reply, self.native)
+            except MalformedReply as exc:
+                return record, [], str(exc)
+        record.take_thoughts(thoughts)
+        return record, calls, self._check(calls, {t["function"]["name"] for t in tools})
+
+    def _take_override(self, step: int) -> StepOverride | None:
+        """The fork's override of ``step`` (None: the model is asked as usual), made the current one:
+        its stored results and verbatim calls apply to :meth:`_run_action`, its sub-agent forks to the
+        calls it delegates."""
+        self.override = self.plan.overrides.get(step)
+        self.ctx.state(SUBFORKS).clear()
+        if self.override is not None:
+            self.ctx.state(SUBFORKS).update(self.override.subforks)
+        return self.override
+
+    async def _control_step(self, record: StepRecord, call: ToolCall) -> Ending | None:
+        """A step whose one action is a control tool (:meth:`_controls`): it ends the run or goes on."""
+        shown_args = json.dumps(call.arguments, ensure_ascii=False, default=str)
+        outcome = (
+            await self._control(call, record.number)
+            if isinstance(call.arguments, dict)
+            else Outcome("invalid", self._not_an_object(call).removeprefix("Error: "))
+        )
+        if outcome.kind == "invalid":
+            return self._malformed(record, outcome.observation, (call.name, shown_args))
+        record.results.append((call.name, shown_args, outcome.observation))
+        self._finish_step(record)
+        if outcome.kind == "end":
+            return Ending(outcome.status, outcome.answer, files=outcome.files)
+        self.consecutive_errors = 0
+        return None
+
+    def _malformed(self, record: StepRecord, problem: str, action: tuple[str, str] = ("error", "{}")) -> Ending | None:
+        """A step the model got wrong (a reply that is not the protocol's, an unknown or misplaced
+        action, a control call with bad arguments): the step's result for ``action`` (its name and
+        arguments) shows the model the ``problem``; after ``max_consecutive_errors`` such steps in a
+        row the run ends in ``error``."""
+        self.consecutive_errors += 1
+        record.results.append((*action, f"Error: {problem}"))
+        error = ErrorEvent(kind="model_output", message=problem, consecutive=self.consecutive_errors)
+        self.emit("error", error, record.number)
+        self._finish_step(record)
+        return self._too_many_errors(f"{self.consecutive_errors} consecutive malformed model outputs; last: {problem}")
+
+    def _too_many_errors(self, why: str) -> Ending | None:
+        if self.consecutive_errors >= self.agent.max_consecutive_errors:
+            return Ending("error", error=why)
+        return None
+
+    def _check_stop(self) -> None:
+        if self.ctx.cancel.is_set():
+            raise RunInterrupted("the run was stopped")
+
+    def _check(self, calls: list[ToolCall], offered: set[str]) -> str | None:
+        """What is wrong with the actions chosen (None: nothing)."""
+        if not calls:
+            return "the action list is empty; call at least one tool (or 'done')"
+        names = [c.name for c in calls]
+        control = [n for n in names if n in self._controls()]
+        if control and len(names) > 1:
+            return f"'{control[0]}' must be the only action in its step"
+        unknown = [n for n in names if n not in offered]
+        if unknown:
+            return f"unknown action(s) {', '.join(unknown)}; available: {', '.join(sorted(offered))}"
+        return None
+
+    # -- starting and ending ----------------------------------------------------------------
+    async def _begin(self) -> None:
+        """Record the start (and a fork's replayed steps), importing litellm first when needed."""
+        first_hosted = self.agent.tool_mode == "auto" and not is_offline(self.model) and "litellm" not in sys.modules
+        self.start(
+            fork=self.fork,
+            files=self.files,
+            max_steps=self.max_steps,
+            native_tools=self.native,
+            forked_from=self.fork[0] if self.fork else None,
+            fork_unit=self.fork_unit,
+            **self.plan.started(),
+        )
+        if first_hosted:
+            await self._import_litellm()
+        for replayed, extra in self.plan.shown:  # one transaction for all of them, not one each
+            event = replayed.to_event()
+            event["replayed"] = True
+            if "edited" in extra:
+                event["edited"] = extra["edited"]
+            self.emit("step", event, replayed.number, durable=False)
+        self.events.flush()
+        self._replay_todo()
+
+    async def _import_litellm(self) -> None:
+        """The first hosted model call of a kernel imports litellm (seconds, once): off the shared
+        loop, and said in the run's view while it lasts (a ``notice`` event), then how long it took."""
+        from tea_notebook.models.client import import_litellm
+
+        starting = "importing litellm for the first hosted model call (a few seconds, once)"
+        self.emit("notice", NoticeEvent(message=starting))
+        started = time.perf_counter()
+        await asyncio.to_thread(import_litellm)
+        self.native = self._native()
+        seconds = time.perf_counter() - started
+        done = f"litellm imported in {seconds:.1f} s (once per kernel)" if seconds >= 1 else ""
+        self.emit("notice", NoticeEvent(message=done, seconds=round(seconds, 2)), durable=True)
+
+    def _replay_todo(self) -> None:
+        """A fork's todo.md as it was after the replayed steps: their todo calls applied again (the
+        list is this run's own file; nothing outside the run folder changes)."""
+        if self.todo is None:
+            return
+        for replayed, _ in self.plan.shown:
+            for tool, args, observation in replayed.results:
+                if tool != "todo" or str(observation).startswith("Error"):
+                    continue
+                try:
+                    arguments = json.loads(args)
+                    if isinstance(arguments, dict):
+                        self.todo.apply(**arguments)
+                except (TypeError, ValueError):
+                    continue  # the original call failed the same way: nothing to rebuild
+
+    def _release_sessions_later(self) -> None:
+        """On cancellation: the stop is scheduled on the background loop, not awaited here."""
+        if self.owns_sessions():
+            from tea_notebook._sync import submit
+
+            submit(self.ws.envs.arelease(self.run_id))
+
+    def _close(self, ending: Ending) -> RunResult:
+        error, files = ending.error, ending.files or []
+        status = ending.status
+        self.close(status, ending.answer, error, self.last_step, files)
+        return RunResult(
+            self.run_id,
+            self.agent.name,
+            self.task,
+            self.model,
+            status,
+            ending.answer or (error or ""),
+            self.last_step,
+            self.prompt_tokens,
+            self.completion_tokens,
+            self.cost,
+            files,
+            error,
+            self.ws,
+        )
+
+    def _finish_step(self, record: StepRecord) -> None:
+        self.steps.append(record)
+        self.last_step = record.number
+        # the step's events and its tools' usage counts: one transaction
+        self.emit("step", record.to_event(), record.number, uses=[(self.ws.tools.kind, self.ws.tools.take_usage())])
+
+    async def _fold_memory(self, step: int) -> None:
+        """Keep the history within ``memory_budget`` tokens: fold the oldest steps into a summary,
+        and once the summaries themselves pass half the budget, fold them into one."""
+        budget = self.agent.memory_budget
+        live = self.steps[: -self.agent.keep_recent_steps] if self.agent.keep_recent_steps else list(self.steps)
+        if live and sum(s.size() for s in self.steps) > budget:
+            from tea_notebook.runtime.memory import summarise_steps
+
+            summary, insights = await summarise_steps(self, live)
+            self.steps = self.steps[len(live) :]
+            self.summaries.append(summary)
+            self.insights = [i for i in self.insights if i not in insights] + insights
+            self.ws.memory_store.save(self.run_id, self.task, summary, insights)
+            folded = [s.number for s in live]
+            fold = MemoryWrittenEvent(summary=summary, insights=insights, folded_steps=folded)
+            self.emit("memory_written", fold, step)
+        if sum(len(s) for s in self.summaries) // 4 > budget // 2:
+            from tea_notebook.runtime.memory import merge_summaries
+
+            self.summaries = [await merge_summaries(self, self.summaries, budget // 2)]
+            merged = MemoryWrittenEvent(summary=self.summaries[0], insights=[], merged=True)
+            self.emit("memory_written", merged, step)
+        self.insights = self.insights[-8:]
+
+    # -- tools ----------------------------------------------------------------------------
+    def _offered(self) -> tuple[list[dict[str, Any]], set[str]]:
+        """OpenAI tool definitions offered this step, and which of them are sub-agents.
+
+        Named tools are worked out again only when the tool or toolkit registries or the tools bound
+        to the run changed (routed ones every step: the router weighs how calls went)."""
+        key = self._offer_key()
+        if key is not None and self._offer_cache is not None and self._offer_cache[0] == key:
+            return list(self._offer_cache[1]), set(self._offer_cache[2])
+        tools, agent_tools = self._offer()
+        if key is not None:
+            self._offer_cache = (key, list(tools), set(agent_tools))
+        return tools, agent_tools
+
+    def _offer_key(self) -> tuple | None:
+        """What the named tools offered depend on (None: not cached, see :meth:`_offered`)."""
+        if self.agent.tools is None or self.agent.envs:  # routed, or environments checked every step
+            return None
+        db = self.ws.db
+        return (
+            db.last_change(self.ws.tools.kind),
+            db.last_change(self.ws.toolkits.kind),
+            tuple(self.ctx.bound(self.ws.tools.kind)),
+            tuple(self._controls()),
+        )
+
+    def _hidden_tools(self) -> int:
+        """How many registered tools are offered only by name (counted once per registry change)."""
+        seq = self.ws.db.last_change(self.ws.tools.kind)
+        if self._hidden is None or self._hidden[0] != seq:
+            # the store counts them (``routable`` reads this field) instead of every record being loaded
+            self._hidden = (seq, self.ws.db.count_heads(self.ws.tools.kind, "$.metadata.routing", "explicit"))
+        return self._hidden[1]
+
+    def _offer(self) -> tuple[list[dict[str, Any]], set[str]]:
+        ws = self.ws
+        if self.agent.tools is not None:
+            records = ws.tools.prune([ws.tools.get(n) for n in self.agent.tools], self.ctx)
+        else:
+            hidden = self._hidden_tools()
+            k = 20 + hidden
+            routed = (
+                ws.tools.route(context=self.ctx, k=k)
+                if len(ws.tools) <= k
+                else ws.tools.route(self.task, self.ctx, k=k)
+            )
+            records = [r for r in routed if routable(r)][:20]
+        offered_names = {r.name for r in records}
+        extra = [ws.tools.get(n) for n in dict.fromkeys(self._environment_tools()) if n not in offered_names]
+        records.extend(ws.tools.prune(extra, self.ctx))  # preconditions and conflicts apply to them too
+        agent_tools: set[str] = set()
+        for sub in self.agent.sub_agents:
+            tool_name = sub if sub.endswith("agent") else f"{sub}_agent"
+            if tool_name not in ws.tools:
+                from tea_notebook.protocol.transformations import a2t
+
+                a2t(ws, sub)
+            if tool_name not in {r.name for r in records}:
+                records.append(ws.tools.get(tool_name))
+            agent_tools.add(tool_name)
+        records = [r for r in records if r.origin != "agent" or r.name in agent_tools]
+        tools = [r.to_openai() for r in records]
+        if self.todo is not None:
+            tools.append(TODO_TOOL)
+        tools.extend(self._controls().values())
+        return tools, agent_tools
+
+    # -- hooks ----------------------------------------------------------------------------
+    def _controls(self) -> dict[str, dict[str, Any]]:
+        """The tools this loop handles itself, by name (OpenAI definitions); a run ends through one."""
+        return {"done": DONE_TOOL}
+
+    async def _control(self, call: ToolCall, step: int) -> Outcome:
+        """Handle a call of one of :meth:`_controls` (the only action of its step)."""
+        bad = self._done_problem(call.arguments)
+        if bad is not None:
+            return Outcome("invalid", bad)
+        args = call.arguments
+        status, note = self._decided_status(bool(args.get("success")))
+        return Outcome(
+            "end", "finished" + note, status, str(args.get("text", "")), list(args.get("files_to_display") or [])
+        )
+
+    @staticmethod
+    def _done_problem(args: Any) -> str | None:
+        if not isinstance(args, dict):
+            return "done needs an object {success, text, files_to_display}"
+        if not isinstance(args.get("success"), bool):
+            return "done needs 'success' (true or false)"
+        if not isinstance(args.get("text"), str):
+            return "done needs 'text' (the final answer)"
+        return None
+
+    def _decided_status(self, claimed: bool) -> tuple[FinishedStatus, str]:
+        """The run's status when the model ends it claiming ``claimed`` success, and a note on why it
+        differs. A scripted / offline model is not taken at its word: a tool that failed with no later
+        action succeeding makes the run ``failed``; the demo model, which relays a tool's result
+        without knowing whether it answers the task, ends ``unverified``."""
+        if not claimed:
+            return "failed", ""
+        if is_offline(self.model) and self.unrecovered:
+            failed = ", ".join(dict.fromkeys(self.unrecovered))
+            return "failed", f" (marked failed: {failed} failed and no later action succeeded)"
+        if self.model == DEMO_MODEL:
+            return "unverified", " (unverified: the demo model cannot check that the result answers the task)"
+        return "success", ""
+
+    async def _before_step(self, step: int) -> tuple[FinishedStatus, str] | None:
+        """Called before each step: ``(status, answer)`` ends the run there, None goes on (ToolSelf
+        configures its stages here; CORAL members stop when their session is over)."""
+        return None
+
+    def _messages(self, step: int, tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The prompt of one step."""
+        return build_messages(
+            task=self.task,
+            files=self.files,
+            step=step,
+            max_steps=self.max_steps,
+            steps=self.steps,
+            summaries=self.summaries,
+            insights=self.insights,
+            todo=self.todo.render() if self.todo else "",
+            environments=self._environments(),
+            tools=tools,
+            max_actions=self.agent.max_actions,
+            native=self.native,
+            system_prompt=self.agent.system_prompt,
+            final_tool=next(iter(self._controls()), ""),
+        )
+
+    def _environment_tools(self) -> list[str]:
+        """The tools of every bound environment (lifted by E2T into a toolkit on first use)."""
+        from tea_notebook.protocol.transformations import e2t
+
+        names: list[str] = []
+        for env in self.agent.envs:
+            self.ws.envs.ensure(env)
+            if env not in self.ws.toolkits:
+                e2t(self.ws, env)
+            names.extend(self.ws.toolkits.get(env).tools)
+        return names
+
+    def _environments(self) -> list[dict[str, Any]]:
+        out = []
+        for name in self.agent.envs:
+            rec = self.ws.envs.ensure(name)
+            entry: dict[str, Any] = {"name": name, "rules": rec.rules, "state": self.ws.envs.state(name, self.ctx)}
+            png = self.ws.envs.vision(name, self.ctx)
+            if png:
+                entry["vision"] = f"a screenshot of {name} is attached ({len(png) // 1024} KB PNG)"
+                if self._sees_images():
+                    entry["image"] = "data:image/png;base64," + base64.b64encode(png).decode()
+            elif rec.screenshot:
+                entry["vision"] = rec.screenshot
+            out.append(entry)
+        return out
+
+    def _sees_images(self) -> bool:
+        return takes_images(self.model, self.agent.vision)
+
+    # -- the model --------------------------------------------------------------------------
+    async def _call_model(
+        self, step: int, tools: list[dict[str, Any]], messages: list[dict[str, Any]] | None = None
+    ) -> ModelReply:
+        messages = self._messages(step, tools) if messages is None else messages
+        client = self.agent.client
+        chars = sum(map(_content_chars, messages))
+        offered = tools if self.native else None
+        context = self.contexts.record(messages, offered, {"model": self.model, **client.params})
+        request = self.request_event(client, self.model, messages=len(messages), prompt_chars=chars, context=context)
+        self.emit("model_request", request, step)
+        reply: ModelReply = await self._cancellable(
+            client.complete(self.model, messages, tools if self.native else None, defaults=self.model_defaults())
+        )
+        self.count(reply)
+        response = ModelResponseEvent(
+            model=self.model,
+            content=reply.content,
+            tool_calls=[{"id": c.id, "name": c.name, "arguments": c.arguments} for c in reply.tool_calls],
+            prompt_tokens=reply.prompt_tokens,
+            completion_tokens=reply.completion_tokens,
+            cost=reply.cost,
+            latency=reply.latency,
+            scripted=reply.scripted,
+        )
+        self.emit("model_response", response, step)
+        return reply
+
+    # -- actions ----------------------------------------------------------------------------
+    async def _run_actions(self, calls: list[ToolCall], step: int) -> list[tuple[str, bool, str | None]]:
+        """Run a step's actions: in order, or all at once when they are all sub-agent dispatches."""
+        if len(calls) > 1 and all(c.name in self.agent_tools for c in calls):
+            outcomes: list[tuple[str, bool, str | None]] = await self._cancellable(
+                asyncio.gather(*(self._run_action(c, step) for c in calls))
+            )
+            return outcomes
+        outcomes = []
+        for c in calls:
+            self._check_stop()
+            outcomes.append(await self._cancellable(self._run_action(c, step)))
+        return outcomes
+
+    async def _run_action(self, call: ToolCall, step: int) -> tuple[str, bool, str | None]:
+        """Run one action; returns ``(observation, ok, error type)``."""
+        override = self.override
+        verbatim = override is not None and call.id in override.verbatim
+        if call.name in self.agent_tools and isinstance(call.arguments, dict) and not verbatim:
+            call = self._delegation(call)
+        if override is not None and call.id in override.stored:  # it returned before the run stopped
+            return self._stored_action(call, override.stored[call.id], step)
+        self.emit("tool_call", ToolCallEvent(id=call.id, name=call.name, arguments=call.arguments), step)
+        # what the step did so far is durable before a tool acts: a run resumed after a crash
+        # repeats no call that returned (nor the model call that chose them)
+        self.events.flush()
+        started = time.perf_counter()
+        obs, ok, err, returned = await self._invoke(call, step)
+        if ok:
+            self.unrecovered.clear()
+        elif err not in INVALID_CALL:  # the tool ran and failed (a call it refused is the model's mistake)
+            self.unrecovered.append(call.name)
+        result = ToolResultEvent(
+            id=call.id, name=call.name, ok=ok, error_type=err, observation=obs, latency=time.perf_counter() - started
+        )
+        if returned is not None:
+            result["returned"] = returned
+        self.emit("tool_result", result, step)
+        return obs, ok, err
+
+    def _stored_action(self, call: ToolCall, obs: str, step: int) -> tuple[str, bool, str | None]:
+        """A call of a step taken up again that had returned before its run stopped: its stored
+        observation, recorded as replayed (it is not run again)."""
+        ok = not str(obs).startswith("Error")
+        self.emit("tool_call", ToolCallEvent(id=call.id, name=call.name, arguments=call.arguments, replayed=True), step)
+        result = ToolResultEvent(
+            id=call.id, name=call.name, ok=ok, error_type=None, observation=obs, latency=None, replayed=True
+        )
+        self.emit("tool_result", result, step)
+        return obs, ok, None
+
+    async def _invoke(self, call: ToolCall, step: int) -> tuple[str, bool, str | None, str | None]:
+        """Call the tool: ``(observation, ok, error type, what it returned when a stop cut it short)``."""
+        if not isinstance(call.arguments, dict):
+            return self._not_an_object(call), False, "ValidationError", None
+        if call.name == "todo" and self.todo is not None:
+            try:
+                return self.todo.apply(**call.arguments), True, None, None
+            except (TypeError, ValueError) as exc:
+                return f"Error (todo): {exc}", False, "ValidationError", None
+        self.in_flight[call.id] = (call.name, step)
+        try:
+            result = await asyncio.wait_for(
+                self.ws.tools.ainvoke(call.name, call.arguments, self.ctx), self.agent.tool_timeout
+            )
+            obs, ok = result.to_observation(), result.ok
+            err = None if result.ok else (result.error or {}).get("type")
+        except asyncio.TimeoutError:
+            obs, ok, err = f"Error: {call.name} timed out after {self.agent.tool_timeout:g}s", False, "Timeout"
+        finally:
+            self.in_flight.pop(call.id, None)
+        if not self.ctx.cancel.is_set() or call.id in self.reported_stops:
+            return obs, ok, err, None
+        # stopped while it ran, and it ended on its own (a sync tool that saw ToolContext.cancelled):
+        # what it returned is what a resumed run takes as this call's result (it is not run again)
+        self.reported_stops.add(call.id)
+        message = f"stopped while running {call.name}; none of them is still running"
+        stopped = ErrorEvent(kind="tools_interrupted", message=message, tools=[call.name], still_running=[])
+        self.emit("error", stopped)
+        interrupted = f"Error: {call.name} was interrupted when the run was stopped; it ended: {obs}"
+        return interrupted, False, "Interrupted", obs
+
+    def _delegation(self, call: ToolCall) -> ToolCall:
+        """A sub-agent always receives the ORIGINAL task unmodified (AgentOrchestra's rule), with the
+        caller's own wording kept as an instruction, and absolute file paths."""
+        args = dict(call.arguments)
+        given = str(args.get("task", "")).strip()
+        task = (
+            self.task
+            if given in ("", self.task.strip())
+            else f"{self.task}\n\nInstruction from {self.agent.name}: {given}"
+        )
+        files = [str(Path(f).expanduser().resolve()) for f in args.get("files") or [] if isinstance(f, str)]
+        return ToolCall(call.id, call.name, {**args, "task": task, "files": files}, call.raw_arguments)
+
+    def _not_an_object(self, call: ToolCall) -> str:
+        """The observation for a call whose arguments are not one JSON object (a list, a number,
+        text that is not JSON): what came, and the named arguments the tool takes."""
+        from tea_notebook.protocol.schema import not_an_object
+
+        record = self.ws.tools.current(call.name)
+        problem = not_an_object(record.parameters if record is not None else None, call.arguments)
+        return f"Error: arguments of {call.name} are not a JSON object: {problem.message}"
+
+    # -- stopping ---------------------------------------------------------------------------
+    async def _cancellable(self, coro: Awaitable[Any]) -> Any:
+        """Await ``coro`` while watching the stop signal; cancelling the run cancels it too."""
+        task = asyncio.ensure_future(coro)
+        try:
+            while not task.done():
+                if self.ctx.cancel.is_set():
+                    await self._stop_in_flight(task)
+                    raise RunInterrupted("the run was stopped")
+                await asyncio.wait({task}, timeout=0.05)
+        except asyncio.CancelledError:
+            running = dict(self.in_flight)
+            task.cancel()
+            if running:
+                self._report_stopped(running, sorted({name for name, _ in running.values()}))
+            raise
+        return task.result()
+
+    async def _stop_in_flight(self, task: "asyncio.Future[Any]") -> None:
+        """The run was stopped: cancel what ``task`` runs (in-process async tools are cancelled,
+        sandboxed ones killed), wait up to :data:`STOP_GRACE` seconds for synchronous tools, which
+        see ``ToolContext.cancelled`` and should return, then say in the trajectory which tools were
+        running and which still are."""
+        from tea_notebook._threads import ACTION_THREADS
+
+        running = dict(self.in_flight)
+        task.cancel()
+        deadline = time.monotonic() + STOP_GRACE
+        names = {name for name, _ in running.values()}
+        while time.monotonic() < deadline:
+            if task.done() and not any(ACTION_THREADS.running(f"tool {n}") for n in names):
+                break
+            await asyncio.sleep(0.02)
+        if running:
+            still = sorted(n for n in names if not task.done() or ACTION_THREADS.running(f"tool {n}"))
+            self._report_stopped(running, still)
+
+    def _report_stopped(self, running: dict[str, tuple[str, int]], still: list[str]) -> None:
+        """One ``tool_result`` per tool call the stop cut short, and an ``error`` event naming them
+        (calls that ended and reported it themselves meanwhile are left out)."""
+        running = {k: v for k, v in running.items() if k not in self.reported_stops}
+        self.reported_stops.update(running)
+        if not running:
+            return
+        still = [n for n in still if n in {name for name, _ in running.values()}]
+        for call_id, (name, step) in running.items():
+            state = (
+                "it is still running (a synchronous tool that did not check its cancel flag)"
+                if name in still
+                else "it was stopped"
+            )
+            observation = f"Error: {name} was interrupted when the run was stopped; {state}"
+            result = ToolResultEvent(
+                id=call_id, name=name, ok=False, error_type="Interrupted", observation=observation, latency=None
+            )
+            self.emit("tool_result", result, step)
+        tools = sorted({name for name, _ in running.values()})
+        message = f"stopped while running {', '.join(tools)}" + (
+            f"; still running: {', '.join(still)}" if still else "; none of them is still running"
+        )
+        self.emit("error", ErrorEvent(kind="tools_interrupted", message=message, tools=tools, still_running=still))
+
+
+__all__ = [
+    "INVALID_CALL",
+    "STOP_GRACE",
+    "TODO_SCHEMA",
+    "TODO_TOOL",
+    "AgentRun",
+    "Ending",
+    "Outcome",
+    "pending_subforks",
+    "routable",
+]
