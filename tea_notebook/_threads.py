@@ -137,6 +137,11 @@ class ActionThreads:
 ACTION_THREADS = ActionThreads()
 #: synchronous calls of one tool, environment or agent that may run at once
 SYNC_THREADS = 8
+#: when set (a list), :func:`run_sync_call` appends the future of each thread job it starts: the agent
+#: loop keeps them to record what a call cut short by a stop returns later
+THREAD_JOBS: contextvars.ContextVar[list[concurrent.futures.Future] | None] = contextvars.ContextVar(
+    "tea_thread_jobs", default=None
+)
 
 
 async def run_sync_call(
@@ -149,6 +154,9 @@ async def run_sync_call(
 
     run = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
     future = ACTION_THREADS.submit(owner, limit, label, run)
+    jobs = THREAD_JOBS.get()
+    if jobs is not None:
+        jobs.append(future)
     try:
         return await asyncio.wrap_future(future)
     except asyncio.CancelledError:

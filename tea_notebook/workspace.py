@@ -359,14 +359,32 @@ class Workspace:
             raise_on_error=raise_on_error,
         )
 
-    async def resume(self, run_id: str, *, context: Context | None = None, raise_on_error: bool = True) -> "RunResult":
+    async def resume(
+        self,
+        run_id: str,
+        *,
+        context: Context | None = None,
+        raise_on_error: bool = True,
+        rerun_unknown: bool = False,
+        wait: float | None = None,
+    ) -> "RunResult":
         """Continue an ``interrupted`` run (stopped, or its kernel died) or one that ended in ``error``
         from its last finished step, with its recorded model and settings, as a new run linked to it.
         The step it was in is taken up again: the model is not asked again and tool calls that had
-        returned are not run again."""
-        from tea_notebook.agents.forks import resume_run
+        returned are not run again. A call still running in this kernel (a synchronous tool the stop
+        could not end) is waited for, up to ``wait`` seconds (30 by default), and its late result
+        used; a call whose kernel died while it ran runs again only when its tool is idempotent or
+        ``rerun_unknown`` is set, else the resume is refused naming it. A run is resumed once."""
+        from tea_notebook.agents.forks import RESUME_WAIT, resume_run
 
-        return await resume_run(self, run_id, context=context, raise_on_error=raise_on_error)
+        return await resume_run(
+            self,
+            run_id,
+            context=context,
+            raise_on_error=raise_on_error,
+            rerun_unknown=rerun_unknown,
+            wait=RESUME_WAIT if wait is None else wait,
+        )
 
     def branches(self, run_id: str) -> "Branches":
         """The family of a run: the run it was first forked from, and every fork and resume of it, as a tree."""

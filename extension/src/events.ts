@@ -422,7 +422,7 @@ export interface ToolDiscardedEvent {
   first_pass: boolean | null;
 }
 
-/** An action returned (`returned`: what a tool stopped mid-run gave back on its own). */
+/** An action returned (`returned`: what a tool stopped mid-run gave back on its own; `late`: how many seconds after the stop it did; `stop_state`: where the stop left a call that had not returned). */
 export interface ToolResultEvent {
   root_run?: string;
   agent?: string;
@@ -434,6 +434,8 @@ export interface ToolResultEvent {
   latency: number | null;
   replayed?: boolean;
   returned?: string;
+  late?: number;
+  stop_state?: "running" | "stopped" | "not_started";
 }
 
 /** The tool manager found an existing tool that does what was needed. */

@@ -6,7 +6,7 @@
  * No DOM and no JupyterLab: unit-tested with node's test runner (timetravel.ts draws the buttons).
  */
 
-import { IAction, IRunMeta, ITrajectory, argsText, runAt } from './model';
+import { IAction, IMessage, IRunMeta, ITrajectory, argsText, runAt } from './model';
 
 /** A run's id and its sub-runs' ids, nested like the payload's `children` (the bundle's metadata `runs`). */
 export interface IRunIds {
@@ -91,8 +91,12 @@ export function stageForkRun(traj: ITrajectory, meta: IRunMeta): string | null {
   return !traj.live && traj.forkable === 'stages' ? runIdAt(meta, []) : null;
 }
 
-/** The run a CORAL message's Fork button forks (`%tea fork RUN --step N`, N the message's number), or null. */
-export function messageForkRun(traj: ITrajectory, meta: IRunMeta): string | null {
+/** The run a CORAL message's Fork button forks (`%tea fork RUN --step N`, N the message's number), or null;
+ * null too for a message sent in the middle of its sender's turn (the kernel refuses a fork there). */
+export function messageForkRun(traj: ITrajectory, meta: IRunMeta, message?: IMessage): string | null {
+  if (message?.forkable === false) {
+    return null;
+  }
   return !traj.live && traj.forkable === 'messages' ? runIdAt(meta, []) : null;
 }
 
@@ -148,8 +152,29 @@ export function parseEdit(v: unknown): IEdit | null {
   };
 }
 
+/** Where a run came from, in words (the header's link): "resumed from RUN after step 4", "forked from RUN
+ * at stage 2", "forked from RUN at helper's step 2"; `forkStep` (the output's metadata) when the payload
+ * does not say where (a payload from an older release). */
+export function lineageText(
+  parent: string,
+  traj: Pick<ITrajectory, 'resumed' | 'fork_point'>,
+  forkStep?: number | null
+): string {
+  const verb = traj.resumed ? 'resumed' : 'forked';
+  let at = traj.fork_point ? ` ${traj.fork_point}` : '';
+  if (!at && forkStep) {
+    at = traj.resumed ? ` after step ${forkStep}` : ` at step ${forkStep}`;
+  }
+  return `${verb} from ${parent}${at}`;
+}
+
 /** What a fork's edit changed, in a few words (the header's line; a step's "edited" chip title). */
 export function editSummary(edit: IEdit): string {
+  const where = edit.agent && edit.kind !== 'sub_agent' ? ` in ${edit.agent}'s run` : '';
+  return editWords(edit) + where;
+}
+
+function editWords(edit: IEdit): string {
   const at = edit.step !== undefined ? ` of step ${edit.step}` : '';
   switch (edit.kind) {
     case 'observation':
@@ -163,7 +188,7 @@ export function editSummary(edit: IEdit): string {
     case 'stage':
       return `edited: the configuration of stage ${edit.stage ?? '?'}`;
     case 'sub_agent':
-      return `edited: ${edit.agent ?? 'a sub-agent'} forked at its step ${edit.sub_step ?? '?'}`;
+      return `${edit.agent ?? 'a sub-agent'} forked at its step ${edit.sub_step ?? '?'}`;
     default:
       return `edited: ${edit.kind}`;
   }

@@ -65,6 +65,8 @@ export interface IThread extends Pick<ThreadEvent, 'id' | 'name' | 'participants
 export interface IMessage extends Pick<MessageEvent, 'seq' | 'thread' | 'sender' | 'mentions' | 'content'> {
   /** tool calls the sender made before this message: [child index, step number, action index] */
   work?: [number, number, number][];
+  /** false when the message was sent in the middle of its sender's turn: a fork cannot start there */
+  forkable?: boolean;
 }
 
 export interface ITrajectory {
@@ -95,6 +97,10 @@ export interface ITrajectory {
   forkable?: ForkUnit | '';
   /** what this run's fork edited (forks.ts `parseEdit` reads it), or null */
   edit?: Record<string, unknown> | null;
+  /** the run continues a stopped one (`ws.resume`) rather than forking it */
+  resumed?: boolean;
+  /** where it was forked or resumed, in words ("after step 4", "at stage 2", "at helper's step 2") */
+  fork_point?: string;
   /** a line the live view says beside the header while it matters (litellm's first import) */
   note?: string;
   /** a live update that carries only what changed (live.ts merges it into what the view holds) */
@@ -255,7 +261,8 @@ function parseTraj(v: unknown, where: string, depth: number): ITrajectory {
         sender: str(mo.sender),
         mentions: strs(mo.mentions),
         content: str(mo.content),
-        work
+        work,
+        ...(mo.forkable === false ? { forkable: false } : {})
       };
     }),
     children: list(o.children, `${where}.children`).map((c, i) =>
@@ -268,6 +275,8 @@ function parseTraj(v: unknown, where: string, depth: number): ITrajectory {
     forked_from: o.forked_from ? str(o.forked_from) : null,
     forkable: member<ForkUnit | ''>(o.forkable, FORK_UNITS, ''),
     edit: record(o.edit),
+    resumed: o.resumed === true,
+    fork_point: str(o.fork_point),
     note: str(o.note),
     partial: o.partial === true,
     index: typeof o.index === 'number' && o.index >= 0 ? Math.floor(o.index) : undefined

@@ -124,7 +124,7 @@ export function stageButtons(stage: IStage, ctx: IRowContext): HTMLElement[] {
 
 /** A CORAL message's Fork buttons (`%tea fork RUN --step N`, N the message's number). */
 export function messageButtons(message: IMessage, ctx: IRowContext): HTMLElement[] {
-  const run = ctx.host.fork ? messageForkRun(ctx.traj, ctx.meta) : null;
+  const run = ctx.host.fork ? messageForkRun(ctx.traj, ctx.meta, message) : null;
   const n = messageNumber(ctx.traj, message.seq);
   return run && n > 0 ? forkButtons(run, { step: n }, `the team from message ${n}`) : [];
 }

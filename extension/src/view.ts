@@ -10,6 +10,7 @@
  */
 
 import { el } from './dom';
+import { lineageText } from './forks';
 import { editHeader } from './timetravel';
 import { IRowContext, VIEWS, ViewName } from './views';
 import {
@@ -205,8 +206,7 @@ export class TrajectoryView {
     );
     const parent = t.forked_from || this.meta.forked_from;
     if (parent) {
-      const at = this.meta.fork_step ? ` at step ${this.meta.fork_step}` : '';
-      const link = el('span', 'tea-fork-link', `forked from ${parent}${at}`);
+      const link = el('span', 'tea-fork-link', lineageText(parent, t, this.meta.fork_step));
       link.setAttribute('data-tea', 'forked-from');
       h.append(link);
     }

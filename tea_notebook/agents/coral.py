@@ -34,8 +34,10 @@ from tea_notebook.protocol.context import Context
 from tea_notebook.protocol.records import AgentRecord
 from tea_notebook.runtime.agent import Agent, AgentRun, RunResult, sub_agent_answer
 from tea_notebook.runtime.event_types import FinishedStatus
+from tea_notebook.runtime.forking import refuse_split_turn
 from tea_notebook.runtime.jobs import Runnable, checked_result
 from tea_notebook.runtime.runlog import RunLog
+from tea_notebook.runtime.stop_reason import stop_reason
 
 if TYPE_CHECKING:
     from tea_notebook.runtime.host import RunHost
@@ -342,6 +344,8 @@ class CoralTeam(Runnable):
         """Run the team on ``task``: its :class:`RunResult` (see ``status``); a run that ends in ``error``
         raises :class:`~tea_notebook.errors.RunFailed` unless ``raise_on_error=False``."""
         ws = self.workspace
+        if _fork is not None:  # before anything is written: a fork point inside a member's turn is refused
+            refuse_split_turn(ws.events.events(_fork[0]), _fork[0], _fork[1])
         ensure_toolkit(ws)
         resolved, source = self.resolved_model(model)
         log = RunLog(ws, self.name, task, resolved, source, context)
@@ -453,7 +457,7 @@ class CoralTeam(Runnable):
                 await asyncio.wait(late, timeout=5)
         result = orchestrator.result() if orchestrator.done() and not orchestrator.cancelled() else None
         if result is not None and result.status == "interrupted":
-            return "interrupted", "", "stopped by the user"
+            return "interrupted", "", stop_reason()
         if session.answer is not None:
             if session.forced:
                 return "max_steps", session.answer, None

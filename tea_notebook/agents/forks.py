@@ -336,13 +336,114 @@ async def _fork_stage(
     return await runner.run(task or row["task"], _replay=plan, **options)
 
 
+#: seconds ``ws.resume`` waits for a call of the stopped run that still runs in this kernel
+RESUME_WAIT = 30.0
+#: runs being resumed now in this process (a second resume started meanwhile is refused)
+_RESUMING: set[str] = set()
+
+
+def _resumed_by(ws: "RunHost", run_id: str) -> str | None:
+    """The run that resumed ``run_id`` already, if one did."""
+    import json
+
+    forks = [r["id"] for r in ws.db.forks_of([run_id])]
+    for rid, _, _, data in ws.db.run_events_of_type(forks, ["run_started"]):
+        if json.loads(data).get("resumed_from") == run_id:
+            return rid
+    return None
+
+
+def _stop_states(events: list["Event"], run_id: str, step: int) -> dict[str, str]:
+    """Where the stop left each call of ``step`` that reported it (``stop_state`` of its last
+    ``tool_result``; a result written before that field existed read from its words)."""
+    states: dict[str, str] = {}
+    for e in events:
+        if e.run_id != run_id or e.step != step or e.type != "tool_result" or e.data.get("error_type") != "Interrupted":
+            continue
+        state = e.data.get("stop_state")
+        if state is None and "it was stopped" in str(e.data.get("observation", "")):
+            state = "stopped"
+        if state is not None:
+            states[e.data["id"]] = state
+    return states
+
+
+async def _await_late_calls(ws: "RunHost", run_id: str, events: list["Event"], wait: float) -> list["Event"]:
+    """Wait (up to ``wait`` seconds) for the calls of the stopped run ``run_id`` that still run in this
+    kernel, whose results are then recorded on their step; the run's events, read again if any was.
+    ForkError naming a call that is still running after the wait (nothing is written)."""
+    from tea_notebook.runtime.inflight import STILL_RUNNING
+
+    pending = [
+        call_id
+        for step in stored_steps(events, run_id).values()
+        if not step.complete
+        for call_id in sorted(step.started - set(step.results))
+    ]
+    if not pending:
+        return events
+    open_calls = [late for call_id in pending if (late := STILL_RUNNING.get(run_id, call_id)) is not None]
+    left = await STILL_RUNNING.wait(open_calls, wait)
+    if left:
+        late = left[0]
+        raise ForkError(
+            f"{late.describe()} is still running in this kernel, {late.after:.1f} s after the stop (waited "
+            f"{wait:g} s): a resume does not run it a second time. Resume again once it returns (what it returns "
+            "is recorded on its step), or wait longer: ws.resume(run, wait=SECONDS)"
+        )
+    # read again: a late result recorded since the first read (a call is forgotten only once it is written)
+    return ws.events.events(run_id, nested=False)
+
+
+def _outcome_unknown(events: list["Event"], run_id: str, step: int, calls: list[Any]) -> list[Any]:
+    """The calls of the stopped ``step`` that started and may have acted, with no result stored and
+    nothing in this process running them (the kernel died mid-call): their outcome is unknown."""
+    from tea_notebook.runtime.inflight import STILL_RUNNING
+
+    states = _stop_states(events, run_id, step)
+    return [
+        c
+        for c in calls
+        if states.get(c.id) not in ("stopped", "not_started") and STILL_RUNNING.get(run_id, c.id) is None
+    ]
+
+
+def _refuse_unknown(ws: "RunHost", run_id: str, step: int, calls: list[Any]) -> list[str]:
+    """The unknown-outcome ``calls`` a resume runs again (their tools are idempotent); ForkError
+    naming the first one whose tool is not (nothing is written)."""
+    again = []
+    for c in calls:
+        record = ws.tools.current(c.name) if c.name in ws.tools else None
+        if record is None or record.origin == "agent" or record.idempotent:
+            again.append(c.name)
+            continue
+        raise ForkError(
+            f"call {c.id} ({c.name}) of step {step} of run {run_id} started but its result was never recorded (the "
+            f"kernel died while it ran): it may have acted, and {c.name} is not declared idempotent, so a resume "
+            f"does not run it again. Check whether it did, then resume with rerun_unknown=True "
+            f"(%tea resume {run_id} --rerun-unknown) to run it again, or declare the tool idempotent "
+            "(@tool(idempotent=True), %%tool --idempotent) if running it twice is harmless"
+        )
+    return again
+
+
 async def resume_run(
-    ws: "RunHost", run_id: str, *, context: "Context | None" = None, raise_on_error: bool = True
+    ws: "RunHost",
+    run_id: str,
+    *,
+    context: "Context | None" = None,
+    raise_on_error: bool = True,
+    rerun_unknown: bool = False,
+    wait: float = RESUME_WAIT,
 ) -> "RunResult":
     """See :meth:`tea_notebook.workspace.Workspace.resume`."""
     from tea_notebook.agents.kinds import build
     from tea_notebook.runtime.trajectory import fork_unit
 
+    if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not wait >= 0:
+        raise ForkError(f"wait is the seconds to wait for a call still running (0 or more), not {wait!r}")
+    if not isinstance(rerun_unknown, bool):
+        raise ForkError(f"rerun_unknown is True or False, not {rerun_unknown!r}")
     row = _row(ws, run_id)
     if row["status"] not in ("interrupted", "error"):
         raise ForkError(
@@ -351,24 +452,45 @@ async def resume_run(
         )
     if row["parent_id"]:
         raise ForkError(f"run {row['id']} is a sub-agent's run: resume the run that started it ({row['parent_id']})")
+    if row["id"] in _RESUMING:
+        raise ForkError(f"run {row['id']} is being resumed now in this kernel: a run is resumed once")
+    resumed = _resumed_by(ws, row["id"])
+    if resumed is not None:
+        raise ForkError(
+            f"run {row['id']} was already resumed by run {resumed}: a run is resumed once (its stopped calls must "
+            f"not run twice); resume or fork {resumed} instead"
+        )
     events = ws.events.events(row["id"], nested=False)
     if fork_unit(events) != "steps":
         raise ForkError(f"run {row['id']} ({row['agent']}) is not an agent loop's run: it cannot be resumed")
     runner = build(ws, row["agent"])
     if not isinstance(runner, Agent):
         raise ForkError(f"run {row['id']} cannot be resumed: its agent {row['agent']!r} is no agent loop now")
-    plan = plan_resume(events, row["id"])
-    started = _started(events)
-    options: dict[str, Any] = {
-        "model": row["model"] or None,
-        "context": context,
-        "raise_on_error": raise_on_error,
-        "_fork": (row["id"], plan.last_step),
-    }
-    if started.get("max_steps"):
-        options["max_steps"] = started["max_steps"]
-    files = started.get("files") or None
-    return await runner.run(row["task"], files, _replay=plan, **options)
+    _RESUMING.add(row["id"])
+    try:
+        events = await _await_late_calls(ws, row["id"], events, wait)
+        plan = plan_resume(events, row["id"])
+        taken = plan.overrides.get(plan.last_step + 1)
+        if taken is not None and taken.calls:
+            step = plan.last_step + 1
+            pending = [c for c in taken.calls if c.id in taken.verbatim and c.id not in taken.stored]
+            unknown = _outcome_unknown(events, row["id"], step, pending)
+            again = [c.name for c in unknown] if rerun_unknown else _refuse_unknown(ws, row["id"], step, unknown)
+            if again:
+                taken.note += f"; run again, their outcome unknown: {', '.join(again)}"
+        started = _started(events)
+        options: dict[str, Any] = {
+            "model": row["model"] or None,
+            "context": context,
+            "raise_on_error": raise_on_error,
+            "_fork": (row["id"], plan.last_step),
+        }
+        if started.get("max_steps"):
+            options["max_steps"] = started["max_steps"]
+        files = started.get("files") or None
+        return await runner.run(row["task"], files, _replay=plan, **options)
+    finally:
+        _RESUMING.discard(row["id"])
 
 
-__all__ = ["ForkError", "ForkPlan", "action_checker", "fork_run", "resume_run"]
+__all__ = ["RESUME_WAIT", "ForkError", "ForkPlan", "action_checker", "fork_run", "resume_run"]

@@ -17,6 +17,7 @@ from tea_notebook.runtime.agent import RunResult, parse_json_object, sub_agent_a
 from tea_notebook.runtime.event_types import ErrorEvent, FinishedStatus
 from tea_notebook.runtime.jobs import Runnable, checked_result
 from tea_notebook.runtime.runlog import Process, RunInterrupted
+from tea_notebook.runtime.stop_reason import stop_reason
 
 if TYPE_CHECKING:
     from tea_notebook.runtime.host import RunHost
@@ -123,7 +124,7 @@ class WorkflowAgent(Runnable):
                 proc.emit("error", ErrorEvent(kind="model", message=str(exc)))
                 proc.finish("error", "", str(exc))
             except RunInterrupted:
-                proc.finish("interrupted", "", "stopped by the user")
+                proc.finish("interrupted", "", stop_reason())
             except TeaError as exc:  # a scripted model's end, a refused action: the run's error, as in the loop
                 proc.emit("error", ErrorEvent(kind=type(exc).__name__, message=str(exc)))
                 proc.finish("error", "", str(exc))

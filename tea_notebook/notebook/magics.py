@@ -52,7 +52,8 @@ HELP_TEMPLATE = """%tea subcommands:
   %tea context RUN --step N [--stage S] [--run SUBRUN]
                               what the model saw at step N: its parts, their sizes, what is new
   %tea branches RUN           a run's forks and resumes as a tree   %tea compare A B   two runs side by side
-  %tea resume RUN [--quiet]   go on with an interrupted run (or one that ended in error)
+  %tea resume RUN [--quiet]   go on with an interrupted run (or one that ended in error); once per run;
+                              --rerun-unknown runs again calls its dead kernel left unfinished
   %tea jobs                   background runs (%%agent --background, agent.start) with Stop buttons
   %tea versions NAME          a tool's versions             %tea rollback NAME VERSION
   %tea workspace [PATH]       show or switch the workspace  %tea plot [RUN]       plot a run (or all runs)
@@ -75,7 +76,8 @@ HELP_TEMPLATE = """%tea subcommands:
 {doctor}
                               preflight a model: key, tool calls, JSON mode, context, latency, price
   %tea help
-Cell magics: %%tool [--name N] [--toolkit T] [--category C]   and   %%agent [AGENT] [options] (see %%agent?)"""
+Cell magics: %%tool [--name N] [--toolkit T] [--category C] [--idempotent]
+             %%agent [AGENT] [options] (see %%agent?)"""
 
 
 def help_text() -> str:
@@ -427,7 +429,7 @@ class TeaMagics(Magics):
             "context": "usage: %tea context RUN --step N [--stage S] [--run SUBRUN]",
             "branches": "usage: %tea branches RUN",
             "compare": "usage: %tea compare RUN_A RUN_B",
-            "resume": "usage: %tea resume RUN [--quiet]",
+            "resume": "usage: %tea resume RUN [--quiet] [--rerun-unknown]",
         }[cmd]
         parser = MagicArgumentParser(prog=f"%tea {cmd}", add_help=False)
         parser.add_argument("runs", nargs="*")
@@ -437,6 +439,7 @@ class TeaMagics(Magics):
             parser.add_argument("--run", dest="sub")
         if cmd == "resume":
             parser.add_argument("--quiet", action="store_true")
+            parser.add_argument("--rerun-unknown", dest="rerun_unknown", action="store_true")
         try:
             args = parser.parse_args(_split(tail))
         except (UsageError, SystemExit):
@@ -456,7 +459,11 @@ class TeaMagics(Magics):
             if cmd == "compare":
                 return ws.compare(*args.runs)
             result = self._drive(
-                ws, lambda ctx: ws.resume(args.runs[0], context=ctx, raise_on_error=False), quiet=args.quiet
+                ws,
+                lambda ctx: ws.resume(
+                    args.runs[0], context=ctx, raise_on_error=False, rerun_unknown=args.rerun_unknown
+                ),
+                quiet=args.quiet,
             )
         except TeaError as exc:
             raise UsageError(f"%tea {cmd}: {_short(exc, 600)}") from None
@@ -613,6 +620,11 @@ class TeaMagics(Magics):
     @argument("--name", help="tool name (only when the cell defines one function)")
     @argument("--toolkit", help="toolkit the tools belong to")
     @argument("--category", default="general", help="category of the tools")
+    @argument(
+        "--idempotent",
+        action="store_true",
+        help="running a call twice is harmless: a resume may run again a call whose outcome is unknown",
+    )
     @no_var_expand
     @cell_magic
     def tool(self, line: str, cell: str) -> Any:
@@ -620,7 +632,9 @@ class TeaMagics(Magics):
         from tea_notebook.notebook.tool_cell import register_cell_tools
 
         args = parse_argstring(self.tool, line)
-        registered = register_cell_tools(self.shell, self.workspace, cell, args.name, args.toolkit, args.category)
+        registered = register_cell_tools(
+            self.shell, self.workspace, cell, args.name, args.toolkit, args.category, idempotent=args.idempotent
+        )
         return Listing(record_rows(registered), "registered tools")
 
     # -- %%agent --------------------------------------------------------------------------
@@ -747,6 +761,7 @@ class TeaMagics(Magics):
         """Run ``start(ctx)`` (a coroutine making runs under the cell's context ``ctx``) on the
         background loop with the live view following its run tree; an interrupt stops it cooperatively."""
         from tea_notebook._sync import submit
+        from tea_notebook.notebook.kernel_shutdown import after_interrupt
         from tea_notebook.notebook.live import LiveView
         from tea_notebook.runtime.jobs import RunTree
 
@@ -761,6 +776,7 @@ class TeaMagics(Magics):
             try:
                 result = future.result()
             except KeyboardInterrupt:  # the kernel's ■ or the live view's Stop button
+                after_interrupt()  # a kernel restart sends ■ first: the run then records the restart
                 ctx.cancel.set()  # cooperative stop: the run ends as 'interrupted' and is stored
                 if view is not None:
                     view.mark_stopping()
@@ -797,4 +813,7 @@ def load(ip: Any) -> TeaMagics:
 
     # the JupyterLab TEA sidebar's comm target (in a Jupyter kernel only); it shows the open workspace
     magics.sidebar = register_sidebar(ip, lambda: magics._workspace)
+    from tea_notebook.notebook.kernel_shutdown import watch_kernel_shutdown
+
+    watch_kernel_shutdown(ip)  # a run a restart interrupts says so, not "stopped by the user"
     return magics

@@ -13,10 +13,18 @@ from tea_notebook.errors import TeaError
 
 
 def register_cell_tools(
-    shell: Any, workspace: Any, cell: str, name: str | None, toolkit: str | None, category: str
+    shell: Any,
+    workspace: Any,
+    cell: str,
+    name: str | None,
+    toolkit: str | None,
+    category: str,
+    *,
+    idempotent: bool = False,
 ) -> list[Any]:
     """Run ``cell`` in ``shell`` and register each function it defines (``name`` only when it defines
-    one); the registered records. UsageError for a cell that is not valid Python, defines none, raises."""
+    one; ``idempotent``: ``%%tool --idempotent``); the registered records. UsageError for a cell that is
+    not valid Python, defines none, raises."""
     try:
         tree = ast.parse(cell)
     except SyntaxError as exc:
@@ -39,7 +47,7 @@ def register_cell_tools(
             first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
             source = textwrap.dedent("\n".join(cell.splitlines()[first - 1 : node.end_lineno]))
             source = with_imports(shell, node, source)
-            built = make_tool(fn, name=name, toolkit=toolkit, category=category, source=source)
+            built = make_tool(fn, name=name, toolkit=toolkit, category=category, source=source, idempotent=idempotent)
             registered.append(workspace.tools.register(built))
     except TeaError as exc:
         raise UsageError(str(exc)) from None

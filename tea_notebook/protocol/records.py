@@ -138,6 +138,13 @@ class ToolRecord(Record):
     trusted: bool = True
     usage: UsageStats = Field(default_factory=UsageStats)
 
+    @property
+    def idempotent(self) -> bool:
+        """Whether running the tool twice with the same arguments is harmless (``metadata["idempotent"]``,
+        set by ``@tool(idempotent=True)`` or ``%%tool --idempotent``): a resume runs again a call of it
+        whose outcome is unknown (its kernel died while it ran); other tools' such calls are refused."""
+        return bool(self.metadata.get("idempotent"))
+
     def search_text(self) -> str:
         """Name, description, parameters, category and toolkit (App. B.3's embedding inputs)."""
         text = super().search_text()

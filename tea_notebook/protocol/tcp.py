@@ -6,7 +6,7 @@ import ast
 import importlib
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol
 
 from tea_notebook._threads import SYNC_THREADS, run_sync_call
 from tea_notebook.errors import NotFoundError, RegistryError, SchemaError
@@ -221,6 +221,8 @@ class ToolRegistry(Registry[ToolRecord]):
             lines.append(f"toolkit: {record.toolkit}")
         if record.permissions:
             lines.append(f"permissions: {', '.join(record.permissions)}")
+        if record.idempotent:
+            lines.append("idempotent: yes (a resume may run a call of it again when its outcome is unknown)")
         if record.dependencies:
             lines.append(f"dependencies: {', '.join(record.dependencies)}")
         return lines
@@ -305,8 +307,34 @@ class ToolRegistry(Registry[ToolRecord]):
         if not super()._admissible(cand, taken, blocked, context):
             return False
         if context is not None and cand.relations:
-            return all(context.has_succeeded(p) for p in cand.related("precondition"))
+            return all(context.has_succeeded(self._success_name(p)) for p in cand.related("precondition"))
         return True
+
+    def _success_name(self, tool: str) -> str:
+        """The name a run context records when ``tool`` has done its work: an environment tool's
+        action (``notes.open``, which the environment forgets when it is reset or stopped, and which
+        invoking the action directly records too), any other tool's own name."""
+        record = self._head(tool)
+        if record is not None and record.origin == "environment":
+            kind, _, action = record.entrypoint.partition(":")
+            if kind == "environment" and action:
+                return action
+        return tool
+
+    def preconditions(self, names: Iterable[str]) -> tuple[str, ...]:
+        """What the tools ``names`` need to have succeeded in a run context before they are offered
+        (their precondition tools, as :meth:`_admissible` checks them: ``Context.has_succeeded`` of
+        each), in a stable order; unregistered names are skipped. Which of these have succeeded is
+        all a context's history changes about what :meth:`prune` and :meth:`route` admit of
+        ``names``; empty when no tool has a precondition (most registries), so a caller that keeps
+        an offer checks it for free."""
+        self._refresh_heads()
+        gates: dict[str, None] = {}
+        for name in names:
+            record = self._head(name)
+            if record is not None and record.relations:
+                gates.update(dict.fromkeys(self._success_name(p) for p in record.related("precondition")))
+        return tuple(gates)
 
     # -- Invoke -------------------------------------------------------------------------
     def _load_runtime(self, record: ToolRecord) -> Tool | None:

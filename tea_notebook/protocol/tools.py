@@ -112,14 +112,22 @@ def make_tool(
     relations: Iterable[Relation | tuple[str, str]] = (),
     metadata: dict[str, Any] | None = None,
     source: str | None = None,
+    idempotent: bool = False,
 ) -> Tool:
     """Build a :class:`Tool` from a function: its schema from type hints and docstring, its source,
     the third-party modules it imports (unless ``dependencies`` is given), and the metadata passed.
-    ``source`` overrides the source text (for code that Python cannot inspect)."""
+    ``source`` overrides the source text (for code that Python cannot inspect). ``idempotent``: running
+    it twice with the same arguments is harmless, so a resume may run again a call of it whose outcome
+    is unknown (kept as ``metadata["idempotent"]``, see :attr:`ToolRecord.idempotent`)."""
     if isinstance(fn, Tool):
         return fn
     if not callable(fn):
         raise SchemaError(repr(fn), None, "is not callable")
+    if not isinstance(idempotent, bool):
+        raise SchemaError(
+            getattr(fn, "__name__", repr(fn)), None, f"idempotent must be True or False, not {idempotent!r}"
+        )
+    metadata = {**(metadata or {}), "idempotent": True} if idempotent else metadata
     spec = function_schema(fn, name=name, description=description)
     code = function_source(fn) if source is None else source
     module = getattr(fn, "__module__", "") or ""
@@ -150,7 +158,8 @@ def tool(fn: Callable[..., Any] | None = None, *, workspace: Any = None, **optio
     Works bare (``@tool``) and with arguments (``@tool(category="math")``); ``options`` are those of
     :func:`make_tool`: ``name``, ``description``, ``category``, ``toolkit``, ``permissions``,
     ``dependencies``, ``relations`` (``Relation`` objects or ``(type, target)`` pairs with types
-    ``depends_on``, ``conflicts_with``, ``precondition``, ``postcondition``) and ``metadata``.
+    ``depends_on``, ``conflicts_with``, ``precondition``, ``postcondition``), ``metadata`` and
+    ``idempotent`` (``@tool(idempotent=True)``: a resume may run again a call whose outcome is unknown).
     Without a workspace argument the tool is registered in the current workspace when one is
     active (``ws.activate()``); otherwise it is returned unregistered for ``ws.tools.register(...)``.
     """

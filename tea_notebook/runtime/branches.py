@@ -36,7 +36,8 @@ class Branch(RunSummary):
     @property
     def origin(self) -> str:
         """How this branch was made and where ("observation of action 1 edited at step 3"); "" for the first run."""
-        at = f" at step {self.fork_step}" if self.fork_step is not None and self.forked_from else ""
+        word = "after" if self.how == "resumed" else "at"  # a resume goes on after its last finished step
+        at = f" {word} step {self.fork_step}" if self.fork_step is not None and self.forked_from else ""
         return f"{self.how}{at}" if self.how else ""
 
     @classmethod

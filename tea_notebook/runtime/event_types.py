@@ -59,6 +59,11 @@ ErrorKind = Literal["model", "model_output", "tools_interrupted", "citation"]
 """The ``kind`` of an ``error`` event raised by the runtime itself; other errors name the
 exception's class (``"EvolutionError"``, ``"RunFailed"`` …)."""
 
+StopState = Literal["running", "stopped", "not_started"]
+"""Where a stop left a tool call that had not returned: ``running`` (a synchronous tool still running in
+its thread: what it returns is recorded later on the same step, with ``late``), ``stopped`` (it was
+cancelled and ended without a result) or ``not_started`` (cancelled before it began)."""
+
 StepResult = list[str]
 """One action of a step: ``[name, arguments as JSON, observation]`` (an observation starting
 ``"Error"`` is a failed action)."""
@@ -170,7 +175,8 @@ class ToolCallEvent(EventBase):
 
 
 class ToolResultEvent(EventBase):
-    """An action returned (``returned``: what a tool stopped mid-run gave back on its own)."""
+    """An action returned (``returned``: what a tool stopped mid-run gave back on its own; ``late``: how
+    many seconds after the stop it did; ``stop_state``: where the stop left a call that had not returned)."""
 
     id: str
     name: str
@@ -180,6 +186,8 @@ class ToolResultEvent(EventBase):
     latency: float | None
     replayed: NotRequired[bool]
     returned: NotRequired[str]
+    late: NotRequired[float]
+    stop_state: NotRequired[StopState]
 
 
 class MemoryWrittenEvent(EventBase):

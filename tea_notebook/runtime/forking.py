@@ -16,6 +16,8 @@ configuration.
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +30,8 @@ if TYPE_CHECKING:
     from tea_notebook.runtime.events import Event
 
 EDIT_KINDS = ("observation", "actions", "context", "message", "stage")
+#: actions an agent loop takes only alone in their step (the loop refuses them beside others)
+ALONE_ACTIONS = ("done",)
 #: characters of an edited text's former value kept in the fork's record of the edit
 EDIT_RECORD_LIMIT = 2000
 
@@ -364,6 +368,55 @@ def plan_resume(events: list["Event"], run_id: str) -> ForkPlan:
     return plan
 
 
+# -- CORAL: where a fork may start -----------------------------------------------------------
+#: what ``send_message`` returns when it posted message number N
+_SENT = re.compile(r"^Sent message #(\d+) ")
+
+
+def turn_ends(events: Iterable["Event"]) -> dict[int, tuple[list[int], int]]:
+    """The messages of a CORAL run sent in the middle of their sender's turn (one step of a member
+    that sent more messages after it): message number -> (the numbers of the messages that turn sent,
+    in order; the sender's step). ``events`` are the team run's with its members' runs (nested). A
+    fork at such a message would start that member again with half of its turn sent: the rest is
+    never sent again (the member's model sees the messages, not its unfinished step)."""
+    turns: dict[tuple[str, int], list[int]] = {}
+    for e in events:
+        if e.type != "tool_result" or e.step is None or e.data.get("name") != "send_message":
+            continue
+        sent = _SENT.match(str(e.data.get("observation", "")))
+        if sent:
+            turns.setdefault((e.run_id, e.step), []).append(int(sent.group(1)))
+    out: dict[int, tuple[list[int], int]] = {}
+    for (_, step), numbers in turns.items():
+        numbers.sort()
+        out.update({n: (numbers, step) for n in numbers[:-1]})
+    return out
+
+
+def refuse_split_turn(events: list["Event"], run_id: str, step: int) -> None:
+    """Raise :class:`ForkError` when message ``step`` of the CORAL run ``run_id`` is inside one
+    member's turn (see :func:`turn_ends`), naming the message that ends that turn. Nothing is written."""
+    inside = turn_ends(events).get(step)
+    if inside is None:
+        return
+    numbers, at = inside
+    later = [n for n in numbers if n > step]
+    sender = next(
+        (
+            e.data.get("sender")
+            for e in events
+            if e.run_id == run_id and e.type == "message" and e.data.get("seq") == step
+        ),
+        "its sender",
+    )
+    raise ForkError(
+        f"message {step} of run {run_id} is not the end of {sender}'s turn: the same step ({at}) also sent "
+        f"message{'s' if len(later) > 1 else ''} {', '.join(map(str, later))}, which a fork at message {step} "
+        f"would never send again; fork at message {numbers[-1]} (the end of that turn) or at message "
+        f"{numbers[0] - 1} (before it began)"
+    )
+
+
 def _edited_actions(value: Any, step: int, check: Any) -> list[ToolCall]:
     if isinstance(value, dict):
         value = [value]
@@ -379,6 +432,13 @@ def _edited_actions(value: Any, step: int, check: Any) -> list[ToolCall]:
             if problem:
                 raise ForkError(f"edited action {i} ({item['name']}): {problem}")
         calls.append(ToolCall(f"edit{step}_{i}", item["name"], args))
+    alone = [c.name for c in calls if c.name in ALONE_ACTIONS]
+    if alone and len(calls) > 1:
+        others = ", ".join(c.name for c in calls if c.name not in ALONE_ACTIONS) or alone[0]
+        raise ForkError(
+            f"edited actions: {alone[0]!r} must be the only action of its step, not beside {others}; "
+            f"edit the step to [{alone[0]}(...)] alone, or leave {alone[0]} out"
+        )
     return calls
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import concurrent.futures
 import json
 import sys
 import time
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Awaitable
 from tea_notebook.errors import TeaError
 from tea_notebook.models.client import DEMO_MODEL, ModelError, ModelReply, ToolCall, is_offline, takes_images
 from tea_notebook.protocol.context import Context
+from tea_notebook.runtime.action_tally import INVALID_CALL, ActionTally
 from tea_notebook.runtime.event_types import (
     ErrorEvent,
     FinishedStatus,
@@ -30,14 +32,17 @@ from tea_notebook.runtime.event_types import (
     MemoryWrittenEvent,
     ModelResponseEvent,
     NoticeEvent,
+    StopState,
     ToolCallEvent,
     ToolResultEvent,
 )
 from tea_notebook.runtime.forking import ForkPlan, StepOverride
+from tea_notebook.runtime.inflight import STILL_RUNNING, LateCall, observation_of
 from tea_notebook.runtime.prompts import DONE_TOOL, build_messages
 from tea_notebook.runtime.records import RunResult, StepRecord
 from tea_notebook.runtime.replies import MalformedReply, read_reply
 from tea_notebook.runtime.runlog import RunInterrupted, RunLog
+from tea_notebook.runtime.stop_reason import stop_reason
 from tea_notebook.runtime.todo import TodoList
 
 if TYPE_CHECKING:
@@ -79,8 +84,6 @@ TODO_TOOL = {
         "parameters": TODO_SCHEMA,
     },
 }
-#: error types of a call that never reached the tool (the model's malformed call, not a tool failure)
-INVALID_CALL = frozenset({"ValidationError", "NotFoundError", "NotBoundError"})
 #: seconds a stopped run waits for the tools it was running to end (synchronous ones cannot be killed)
 STOP_GRACE = 1.0
 #: the :meth:`Context.state` scope where a fork leaves the sub-agent forks its delegated calls continue
@@ -170,11 +173,21 @@ class AgentRun(RunLog):
         self.consecutive_errors = 0
         #: tools whose call failed since the last action that succeeded (see :meth:`_decided_status`)
         self.unrecovered: list[str] = []
+        #: how every action of the run went (see :meth:`_control_step`); a fork's from its replayed steps on
+        self.tally = ActionTally(frozenset({"todo", *self._controls()}))
+        for replayed, _ in self.plan.shown:
+            self.tally.replayed(replayed.results)
         #: tool calls running now, by call id: ``(name, step)`` (a stop names those still running)
         self.in_flight: dict[str, tuple[str, int]] = {}
         self.reported_stops: set[str] = set()  # call ids already reported as cut short by a stop
+        #: the worker-thread jobs of the calls running now, by call id (a stop records what they return)
+        self.thread_jobs: dict[str, list[concurrent.futures.Future]] = {}
+        #: when the run was stopped (``time.time()``), once it was
+        self.stopped_at: float | None = None
         self.native = self._native()
-        self._offer_cache: tuple[tuple, list[dict[str, Any]], set[str]] | None = None
+        #: the named tools' offer: ``(key, tools, sub-agent tools, precondition tools, which of them had
+        #: succeeded)`` (see :meth:`_offered`)
+        self._offer_cache: tuple[tuple, list[dict[str, Any]], set[str], tuple[str, ...], tuple[bool, ...]] | None = None
         self._hidden: tuple[int, int] | None = None
 
     def _native(self) -> bool:
@@ -210,7 +223,7 @@ class AgentRun(RunLog):
             else:
                 ending.answer = "The step limit was reached before the task was done."
         except RunInterrupted:
-            ending = Ending("interrupted", error="stopped by the user")
+            ending = Ending("interrupted", error=stop_reason())
         except ModelError as exc:
             ending = Ending("error", error=str(exc))
             self.emit("error", ErrorEvent(kind="model", message=str(exc)))
@@ -218,7 +231,7 @@ class AgentRun(RunLog):
             ending = Ending("error", error=str(exc))
             self.emit("error", ErrorEvent(kind=type(exc).__name__, message=str(exc)))
         except asyncio.CancelledError:
-            self._close(Ending("interrupted", error="cancelled"))
+            self._close(Ending("interrupted", error=stop_reason("cancelled")))
             self._release_sessions_later()
             raise
         result = self._close(ending)
@@ -281,6 +294,10 @@ class AgentRun(RunLog):
         )
         if outcome.kind == "invalid":
             return self._malformed(record, outcome.observation, (call.name, shown_args))
+        verdict = self.tally.verdict() if outcome.kind == "end" and outcome.status == "success" else None
+        if verdict is not None:  # whatever the model claims (any model, any control tool): see ActionTally
+            marked = f"{outcome.observation} (marked failed: {verdict})"
+            outcome = Outcome("end", marked, "failed", outcome.answer, outcome.files)
         record.results.append((call.name, shown_args, outcome.observation))
         self._finish_step(record)
         if outcome.kind == "end":
@@ -437,14 +454,21 @@ class AgentRun(RunLog):
     def _offered(self) -> tuple[list[dict[str, Any]], set[str]]:
         """OpenAI tool definitions offered this step, and which of them are sub-agents.
 
-        Named tools are worked out again only when the tool or toolkit registries or the tools bound
-        to the run changed (routed ones every step: the router weighs how calls went)."""
+        Named tools are worked out again only when the tool or toolkit registries, the tools bound to
+        the run, or which of their precondition tools have succeeded in the run changed (a toolkit's
+        ordering: ``notes_read`` is offered the step after ``notes_open`` succeeded); routed ones every
+        step (the router weighs how calls went). Without preconditions the check is one comparison of
+        empty tuples."""
         key = self._offer_key()
-        if key is not None and self._offer_cache is not None and self._offer_cache[0] == key:
-            return list(self._offer_cache[1]), set(self._offer_cache[2])
+        cache = self._offer_cache
+        if key is not None and cache is not None and cache[0] == key:
+            if tuple(map(self.ctx.has_succeeded, cache[3])) == cache[4]:
+                return list(cache[1]), set(cache[2])
         tools, agent_tools = self._offer()
         if key is not None:
-            self._offer_cache = (key, list(tools), set(agent_tools))
+            gates = self.ws.tools.preconditions(self.agent.tools or [])
+            passed = tuple(map(self.ctx.has_succeeded, gates))
+            self._offer_cache = (key, list(tools), set(agent_tools), gates, passed)
         return tools, agent_tools
 
     def _offer_key(self) -> tuple | None:
@@ -530,7 +554,8 @@ class AgentRun(RunLog):
         """The run's status when the model ends it claiming ``claimed`` success, and a note on why it
         differs. A scripted / offline model is not taken at its word: a tool that failed with no later
         action succeeding makes the run ``failed``; the demo model, which relays a tool's result
-        without knowing whether it answers the task, ends ``unverified``."""
+        without knowing whether it answers the task, ends ``unverified``. (No model is taken at its
+        word when no action succeeded and some failed: see :meth:`_control_step`.)"""
         if not claimed:
             return "failed", ""
         if is_offline(self.model) and self.unrecovered:
@@ -650,6 +675,7 @@ class AgentRun(RunLog):
         self.events.flush()
         started = time.perf_counter()
         obs, ok, err, returned = await self._invoke(call, step)
+        self.tally.ran(call.name, ok, err)
         if ok:
             self.unrecovered.clear()
         elif err not in INVALID_CALL:  # the tool ran and failed (a call it refused is the model's mistake)
@@ -666,6 +692,7 @@ class AgentRun(RunLog):
         """A call of a step taken up again that had returned before its run stopped: its stored
         observation, recorded as replayed (it is not run again)."""
         ok = not str(obs).startswith("Error")
+        self.tally.ran(call.name, ok)
         self.emit("tool_call", ToolCallEvent(id=call.id, name=call.name, arguments=call.arguments, replayed=True), step)
         result = ToolResultEvent(
             id=call.id, name=call.name, ok=ok, error_type=None, observation=obs, latency=None, replayed=True
@@ -682,7 +709,15 @@ class AgentRun(RunLog):
                 return self.todo.apply(**call.arguments), True, None, None
             except (TypeError, ValueError) as exc:
                 return f"Error (todo): {exc}", False, "ValidationError", None
+        from tea_notebook._threads import THREAD_JOBS
+
         self.in_flight[call.id] = (call.name, step)
+        # the thread jobs the call starts (a synchronous tool's): a stop that cuts it short records what they return;
+        # a sub-agent's run keeps its own (its calls are not this call's)
+        jobs: list[concurrent.futures.Future] | None = None
+        if call.name not in self.agent_tools:
+            jobs = self.thread_jobs[call.id] = []
+        token = THREAD_JOBS.set(jobs)
         try:
             result = await asyncio.wait_for(
                 self.ws.tools.ainvoke(call.name, call.arguments, self.ctx), self.agent.tool_timeout
@@ -692,7 +727,9 @@ class AgentRun(RunLog):
         except asyncio.TimeoutError:
             obs, ok, err = f"Error: {call.name} timed out after {self.agent.tool_timeout:g}s", False, "Timeout"
         finally:
+            THREAD_JOBS.reset(token)
             self.in_flight.pop(call.id, None)
+        self.thread_jobs.pop(call.id, None)
         if not self.ctx.cancel.is_set() or call.id in self.reported_stops:
             return obs, ok, err, None
         # stopped while it ran, and it ended on its own (a sync tool that saw ToolContext.cancelled):
@@ -733,14 +770,16 @@ class AgentRun(RunLog):
         try:
             while not task.done():
                 if self.ctx.cancel.is_set():
+                    self.stopped_at = self.stopped_at or time.time()
                     await self._stop_in_flight(task)
                     raise RunInterrupted("the run was stopped")
                 await asyncio.wait({task}, timeout=0.05)
         except asyncio.CancelledError:
+            self.stopped_at = self.stopped_at or time.time()
             running = dict(self.in_flight)
             task.cancel()
             if running:
-                self._report_stopped(running, sorted({name for name, _ in running.values()}))
+                self._report_stopped(running)
             raise
         return task.result()
 
@@ -749,44 +788,102 @@ class AgentRun(RunLog):
         sandboxed ones killed), wait up to :data:`STOP_GRACE` seconds for synchronous tools, which
         see ``ToolContext.cancelled`` and should return, then say in the trajectory which tools were
         running and which still are."""
-        from tea_notebook._threads import ACTION_THREADS
-
         running = dict(self.in_flight)
+        jobs = [j for call_id in running for j in self.thread_jobs.get(call_id, [])]
         task.cancel()
         deadline = time.monotonic() + STOP_GRACE
-        names = {name for name, _ in running.values()}
         while time.monotonic() < deadline:
-            if task.done() and not any(ACTION_THREADS.running(f"tool {n}") for n in names):
+            if task.done() and all(j.done() for j in jobs):
                 break
             await asyncio.sleep(0.02)
         if running:
-            still = sorted(n for n in names if not task.done() or ACTION_THREADS.running(f"tool {n}"))
-            self._report_stopped(running, still)
+            self._report_stopped(running)
 
-    def _report_stopped(self, running: dict[str, tuple[str, int]], still: list[str]) -> None:
+    def _report_stopped(self, running: dict[str, tuple[str, int]]) -> None:
         """One ``tool_result`` per tool call the stop cut short, and an ``error`` event naming them
-        (calls that ended and reported it themselves meanwhile are left out)."""
+        (calls that ended and reported it themselves meanwhile are left out). A call whose thread
+        ended meanwhile has what it returned recorded; one whose thread still runs is watched
+        (:data:`~tea_notebook.runtime.inflight.STILL_RUNNING`) and its result recorded when it comes."""
         running = {k: v for k, v in running.items() if k not in self.reported_stops}
         self.reported_stops.update(running)
         if not running:
             return
-        still = [n for n in still if n in {name for name, _ in running.values()}]
+        stopped_at = self.stopped_at or time.time()
+        names_still: set[str] = set()
         for call_id, (name, step) in running.items():
-            state = (
-                "it is still running (a synchronous tool that did not check its cancel flag)"
-                if name in still
-                else "it was stopped"
-            )
-            observation = f"Error: {name} was interrupted when the run was stopped; {state}"
-            result = ToolResultEvent(
-                id=call_id, name=name, ok=False, error_type="Interrupted", observation=observation, latency=None
-            )
-            self.emit("tool_result", result, step)
+            jobs = self.thread_jobs.pop(call_id, [])
+            if any(not j.done() for j in jobs):
+                names_still.add(name)
+                self._watch_late(LateCall(self.run_id, call_id, name, step, stopped_at, jobs))
+                continue
+            late = LateCall(self.run_id, call_id, name, step, stopped_at, jobs)
+            if jobs:  # its thread ended within the grace: what it returned (or that it never started)
+                self._late_ended(late)
+            else:
+                self._record_unfinished(call_id, name, step, "stopped")
         tools = sorted({name for name, _ in running.values()})
+        still_running = sorted(names_still)
         message = f"stopped while running {', '.join(tools)}" + (
-            f"; still running: {', '.join(still)}" if still else "; none of them is still running"
+            f"; still running: {', '.join(still_running)} (what it returns is recorded when it does)"
+            if still_running
+            else "; none of them is still running"
         )
-        self.emit("error", ErrorEvent(kind="tools_interrupted", message=message, tools=tools, still_running=still))
+        self.emit(
+            "error", ErrorEvent(kind="tools_interrupted", message=message, tools=tools, still_running=still_running)
+        )
+
+    def _watch_late(self, late: LateCall) -> None:
+        """Say that ``late`` still runs (a synchronous tool cannot be killed) and record what it returns
+        on its step when it does, from the thread it ends in."""
+        result = ToolResultEvent(
+            id=late.call_id,
+            name=late.name,
+            ok=False,
+            error_type="Interrupted",
+            observation=(
+                f"Error: {late.name} was interrupted when the run was stopped; it is still running (a synchronous "
+                "tool that did not check its cancel flag): what it returns is recorded here when it does"
+            ),
+            latency=None,
+            stop_state="running",
+        )
+        self.emit("tool_result", result, late.step)
+        STILL_RUNNING.watch(late, self._late_ended)
+
+    def _record_unfinished(self, call_id: str, name: str, step: int, state: StopState) -> None:
+        """Record that a call cut short by the stop ended without a result (``stopped``: cancelled) or
+        never began (``not_started``): a resumed run runs it."""
+        words = "it never started" if state == "not_started" else "it was stopped"
+        result = ToolResultEvent(
+            id=call_id,
+            name=name,
+            ok=False,
+            error_type="Interrupted",
+            observation=f"Error: {name} was interrupted when the run was stopped; {words}",
+            latency=None,
+            stop_state=state,
+        )
+        self.emit("tool_result", result, step, durable=True)
+
+    def _late_ended(self, late: LateCall) -> None:
+        """Record on its step what a call cut short by the stop returned, and how long after the stop:
+        a resumed run takes it as the call's result (the call is not run again)."""
+        if late.futures[-1].cancelled():
+            self._record_unfinished(late.call_id, late.name, late.step, "not_started")
+            return
+        observation, after = observation_of(late.name, late.futures[-1]), round(late.after, 3)
+        result = ToolResultEvent(
+            id=late.call_id,
+            name=late.name,
+            ok=False,
+            error_type="Interrupted",
+            observation=f"Error: {late.name} was interrupted when the run was stopped; it returned {after:.1f} s "
+            f"after the stop: {observation}",
+            latency=None,
+            returned=observation,
+            late=after,
+        )
+        self.emit("tool_result", result, late.step, durable=True)
 
 
 __all__ = [

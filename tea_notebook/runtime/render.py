@@ -92,8 +92,11 @@ def payload(traj: "Trajectory") -> dict[str, Any]:
         "steps": [step_payload(s) for s in traj.steps],
         # "steps": a Fork button on each step of the run; "messages" (CORAL) or "": none on steps
         "forkable": traj.fork_unit or "",
-        "edit": _edit_payload(traj.edit),
+        # what the fork changed (a sub-agent's edit for a fork from its step); None when nothing was
+        "edit": _edit_payload(traj.change),
         "resumed": traj.resumed,
+        # where it was forked or resumed, in words ("after step 4", "at stage 2", "at helper's step 2")
+        "fork_point": traj.fork_point,
         "stages": [stage_payload(st) for st in traj.stages],
         "threads": thread_items(traj.threads),
         "messages": _messages_payload(traj),
@@ -105,7 +108,10 @@ def payload(traj: "Trajectory") -> dict[str, Any]:
 def _messages_payload(traj: "Trajectory") -> list[dict[str, Any]]:
     """A CORAL run's messages; each with ``work``, the tool calls its sender made since its previous
     message, as ``[child index, step number, action index]`` into ``children`` (not copied)."""
-    return message_items(traj.messages, _message_work(traj) if traj.messages and traj.children else {})
+    from tea_notebook.runtime.forking import turn_ends
+
+    inside = turn_ends([e for t in (traj, *traj.children) for e in t.events]) if traj.messages else {}
+    return message_items(traj.messages, _message_work(traj) if traj.messages and traj.children else {}, set(inside))
 
 
 def thread_items(threads: Any) -> list[dict[str, Any]]:
@@ -122,9 +128,15 @@ def thread_items(threads: Any) -> list[dict[str, Any]]:
     ]
 
 
-def message_items(messages: list[dict[str, Any]], work: dict[Any, list[list[int]]]) -> list[dict[str, Any]]:
+def message_items(
+    messages: list[dict[str, Any]],
+    work: dict[Any, list[list[int]]],
+    inside_turn: "set[int] | frozenset[int]" = frozenset(),
+) -> list[dict[str, Any]]:
     """The payload's messages (the stored trajectory's and the live view's): ``work`` maps a message's
-    ``seq`` to the tool calls folded under it."""
+    ``seq`` to the tool calls folded under it; a message whose ``seq`` is in ``inside_turn`` (sent in
+    the middle of its sender's turn) is marked ``"forkable": False`` (no Fork button: see
+    :func:`~tea_notebook.runtime.forking.turn_ends`)."""
     out = []
     for m in messages:
         item = {
@@ -136,6 +148,8 @@ def message_items(messages: list[dict[str, Any]], work: dict[Any, list[list[int]
         }
         if work.get(m.get("seq")):
             item["work"] = work[m.get("seq")]
+        if m.get("seq") in inside_turn:
+            item["forkable"] = False
         out.append(item)
     return out
 
@@ -487,8 +501,9 @@ def trajectory_html(traj: "Trajectory", nested: bool = False) -> str:
         f"<div><span class='muted'>task:</span> {esc_str(field_text(traj.task))}</div>",
     ]
     if traj.forked_from and not nested:
-        edit = traj.edit
-        what = f"; edited: {esc_str(edit.get('kind'))}" if edit else ""
+        edit = traj.change
+        where = f" in {edit['agent']}'s run" if edit and edit.get("agent") else ""
+        what = f"; edited: {esc_str(edit.get('kind'))}{esc_str(where)}" if edit else ""
         body.append(f"<div class='muted'>{esc_str(traj.lineage())}{what}</div>")
     if traj.stages:
         body.append(staged_steps_html(traj.stages, traj.steps))

@@ -42,6 +42,7 @@ from tea_notebook.runtime.event_types import (
     ToolResultEvent,
     ToolReusedEvent,
 )
+from tea_notebook.runtime.stop_reason import stop_reason
 
 if TYPE_CHECKING:
     from tea_notebook.runtime.contexts import ContextRecorder
@@ -449,7 +450,7 @@ class Process(RunLog):
         if exc is None:
             return "success", "", None
         if isinstance(exc, (RunInterrupted, asyncio.CancelledError)):
-            return "interrupted", "", "stopped by the user"
+            return "interrupted", "", stop_reason()
         self.emit("error", ErrorEvent(kind=type(exc).__name__, message=str(exc)))
         return "error", "", f"{type(exc).__name__}: {exc}"
 

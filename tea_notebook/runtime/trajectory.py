@@ -211,19 +211,34 @@ class Trajectory:
         return bool(started.get("resumed_from"))
 
     def lineage(self) -> str:
-        """Where this run came from, in words ("" for a run started afresh)."""
+        """Where this run came from, in words ("" for a run started afresh): "resumed from RUN after
+        step 4", "forked from RUN at stage 2", "forked from RUN at stocktaker's step 2"."""
         if not self.forked_from:
             return ""
-        if self.resumed:
-            return f"resumed from {self.forked_from} after its step {self.fork_step}"
-        at = f" at step {self.fork_step}" if self.fork_step is not None else ""
-        return f"forked from {self.forked_from}{at}"
+        point = self.fork_point
+        return f"{'resumed' if self.resumed else 'forked'} from {self.forked_from}{' ' + point if point else ''}"
+
+    @property
+    def fork_point(self) -> str:
+        """Where in the run it came from this run starts, in words without the run's id ("after step 4"
+        for a resume, "at stage 2", "at message 3", "at stocktaker's step 2", "at step 3"); "" when
+        it was started afresh."""
+        if not self.forked_from:
+            return ""
+        started = next((e.data for e in self.events if e.type == "run_started"), {})
+        return fork_point(started, self.fork_step)
 
     @property
     def edit(self) -> dict[str, Any] | None:
         """What this run's fork edited (its ``run_started`` record), or None."""
         started = next((e.data for e in self.events if e.type == "run_started"), {})
         return started.get("edit")
+
+    @property
+    def change(self) -> dict[str, Any] | None:
+        """What this run's fork changed, or None when it changed nothing: its edit, or for a fork from a
+        sub-agent's step the edit made there (with ``agent``, the sub-agent whose run it changed)."""
+        return fork_change(self.edit)
 
     @property
     def fork_unit(self) -> str | None:
@@ -336,6 +351,35 @@ class Trajectory:
         from tea_notebook.runtime.render import payload
 
         return payload(self)
+
+
+def fork_change(edit: dict[str, Any] | None) -> dict[str, Any] | None:
+    """What a fork changed (see :attr:`Trajectory.change`): ``edit`` (a ``run_started`` record) itself,
+    the innermost edit of a fork from a sub-agent's step, or None when nothing was edited."""
+    agent = None
+    while edit and edit.get("kind") == "sub_agent":
+        agent, edit = edit.get("agent"), edit.get("sub_edit")
+    if not edit:
+        return None
+    return {**edit, "agent": agent} if agent else edit
+
+
+def fork_point(started: dict[str, Any], fork_step: int | None) -> str:
+    """Where a fork or resume starts, in words (see :attr:`Trajectory.fork_point`), from its
+    ``run_started`` record and the step it was made at."""
+    if started.get("resumed_from"):
+        return f"after step {fork_step}" if fork_step else "from its start"
+    stage = started.get("fork_stage")
+    if isinstance(stage, dict) and stage.get("index") is not None:
+        return f"at stage {stage['index']}"
+    edit = started.get("edit") or {}
+    if edit.get("kind") == "sub_agent":
+        while (edit.get("sub_edit") or {}).get("kind") == "sub_agent":
+            edit = edit["sub_edit"]
+        return f"at {edit.get('agent')}'s step {edit.get('sub_step')}"
+    if fork_step is None:
+        return ""
+    return f"at message {fork_step}" if started.get("fork_unit") == "messages" else f"at step {fork_step}"
 
 
 def fork_unit(events: list[Event]) -> str | None:

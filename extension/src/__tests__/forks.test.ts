@@ -11,6 +11,7 @@ import {
   editSummary,
   editValue,
   forkLine,
+  lineageText,
   messageForkRun,
   messageNumber,
   parseContextReply,
@@ -76,6 +77,19 @@ test('ToolSelf stages and CORAL messages fork the root run', () => {
   assert.equal(messageNumber(coral, 99), 0);
 });
 
+test('no Fork on a CORAL message sent in the middle of its sender\'s turn', () => {
+  const coral = traj({
+    forkable: 'messages',
+    messages: [
+      { seq: 1, thread: 'main', sender: 'o', mentions: ['w1'], content: 'x', forkable: false },
+      { seq: 2, thread: 'main', sender: 'o', mentions: ['w2'], content: 'y' }
+    ]
+  });
+  assert.equal(coral.messages[0].forkable, false);
+  assert.equal(messageForkRun(coral, meta, coral.messages[0]), null);
+  assert.equal(messageForkRun(coral, meta, coral.messages[1]), 'root-1');
+});
+
 test('fork lines', () => {
   assert.equal(forkLine('r1', { step: 3 }), '%tea fork r1 --step 3');
   assert.equal(forkLine('r1', { step: 3 }, true), '%tea fork r1 --step 3 --edit');
@@ -89,7 +103,11 @@ test('a fork edit reads as words, before and after as text', () => {
   const edit = parseEdit(t.edit)!;
   assert.equal(editSummary(edit), 'edited: the observation of action 1 (work) of step 3');
   assert.equal(editSummary(parseEdit({ kind: 'stage', stage: 2 })!), 'edited: the configuration of stage 2');
-  assert.equal(editSummary(parseEdit({ kind: 'sub_agent', agent: 'helper', sub_step: 1 })!), 'edited: helper forked at its step 1');
+  assert.equal(editSummary(parseEdit({ kind: 'sub_agent', agent: 'helper', sub_step: 1 })!), 'helper forked at its step 1');
+  assert.equal(
+    editSummary(parseEdit({ kind: 'observation', action: 1, step: 2, agent: 'helper' })!),
+    "edited: the observation of action 1 of step 2 in helper's run"
+  );
   assert.equal(parseEdit(null), null);
   assert.equal(parseEdit({ kind: 5 }), null);
   assert.equal(editValue([{ name: 'work', arguments: { n: 2 } }]), 'work({"n":2})');
@@ -129,4 +147,13 @@ test('a context reply is checked, errors say why', () => {
     error: 'no model request at step 9'
   });
   assert.equal(parseContextReply({ type: 'state' }).ok, false);
+});
+
+test('the header says how a run came from another', () => {
+  assert.equal(lineageText('r1', { resumed: true, fork_point: 'after step 4' }, 4), 'resumed from r1 after step 4');
+  assert.equal(lineageText('r1', { resumed: true }, 4), 'resumed from r1 after step 4');
+  assert.equal(lineageText('r1', { fork_point: 'at stage 2' }, 3), 'forked from r1 at stage 2');
+  assert.equal(lineageText('r1', { fork_point: "at stocktaker's step 2" }, 1), "forked from r1 at stocktaker's step 2");
+  assert.equal(lineageText('r1', {}, 3), 'forked from r1 at step 3');
+  assert.equal(lineageText('r1', {}, null), 'forked from r1');
 });
