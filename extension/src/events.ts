@@ -154,7 +154,7 @@ export interface StageEvent {
   forced?: boolean;
 }
 
-/** A step is done: the model's thoughts and its actions' results. */
+/** A step is done: the model's thoughts and its actions' results (`folder`: what changed in the run folder during the step, `path -> sha256`, `None` for a deleted file, `"!link"` or `"!too-large"` for a file not kept). */
 export interface StepEvent {
   root_run?: string;
   agent?: string;
@@ -166,6 +166,7 @@ export interface StepEvent {
   note?: string;
   replayed?: boolean;
   edited?: Record<string, unknown>;
+  folder?: Record<string, string | null>;
 }
 
 /** A `egress_refused` event as the workspace stores it (its data: `EgressRefusedEvent`). */

@@ -230,6 +230,7 @@ export function contextPanel(row: Extract<Row, { kind: 'step' }>, ctx: IRowConte
     bar.append(seg);
     const item = el('span', 'tea-ctx-size', `${s.kind} ${s.chars.toLocaleString()}`);
     item.setAttribute('data-kind', s.kind);
+    item.prepend(el('span', `tea-ctx-swatch tea-kind-${s.kind.replace(/[^a-z]/g, '')}`)); // the legend: kind → colour
     legend.append(item);
   }
   box.append(head, bar, legend);

@@ -146,21 +146,39 @@ def _gist(task: str, limit: int = 60) -> str:
     return first if len(first) <= limit else first[: limit - 1] + "…"
 
 
+def _memory_items(ws: Any) -> list[dict[str, Any]]:
+    # The rows ``%tea memory`` lists (summaries, insights and experience entries), so both agree.
+    from tea_notebook.notebook.memory_view import MemoryExplorer
+
+    items = []
+    for row in MemoryExplorer(ws).rows[:SECTION_LIMIT]:
+        details = {"kind": row.get("kind") or "", "task": _clip(row.get("task"), 300)}
+        if row.get("title"):
+            details["title"] = _clip(row["title"], 300)
+        if row.get("run_id"):
+            details["run"] = str(row["run_id"])
+        if row.get("retrieved") is not None:
+            details.update(retrieved=row["retrieved"], succeeded=row["succeeded"], failed=row["failed"])
+        if row.get("disabled"):
+            details["disabled"] = True
+        items.append(
+            {
+                "name": row["name"],
+                "description": _clip(row["description"], 500),
+                "version": row["version"],
+                "details": details,
+            }
+        )
+    return items
+
+
 def workspace_state(ws: Any) -> dict[str, Any]:
     """What the sidebar shows: one list of items per section (plain JSON)."""
     sections: dict[str, list[dict[str, Any]]] = {}
     for key, registry in (("tools", ws.tools), ("agents", ws.agents), ("envs", ws.envs)):
         sections[key] = [_record_item(registry, r) for r in registry.list()[:SECTION_LIMIT]]
     sections["runs"] = _run_items(ws, ws.runs(limit=SECTION_LIMIT))
-    sections["memory"] = [
-        {
-            "name": m.name,
-            "description": _clip(m.description, 500),
-            "version": m.version,
-            "details": {"kind": getattr(m, "kind", ""), "task": _clip(getattr(m, "task", ""), 300)},
-        }
-        for m in ws.memory.list()[:SECTION_LIMIT]
-    ]
+    sections["memory"] = _memory_items(ws)
     return {"workspace": str(ws.path), "sections": sections}
 
 

@@ -337,6 +337,56 @@ class StepContext:
         return context_html(self)
 
 
+#: a part that is only a wrapper tag (``<agent_history>``, ``</agent_history>``...) and line breaks
+_BARE_TAG = re.compile(r"\s*<(/?)[a-z_]+>\s*")
+
+
+def fold_filler(refs: list[list[Any]], parts: list[Part]) -> list[Part]:
+    """The parts to list: a part that is only whitespace or a bare wrapper tag is folded into its
+    neighbour in the same text (an opening tag into the part after it, the rest into the one before),
+    so the list has no one-character rows; ``refs`` are the stored ``[message, ref]`` of ``parts``
+    (the end-of-text-item marks are dropped here). Texts are joined in order, so nothing is lost."""
+    items: list[list[Part]] = []  # runs of parts of one text (a message's string or one text item)
+    for (message, ref), part in zip(refs, parts):
+        if ref == "=\x00" or ref.startswith(("=\x01", "=\x02")):
+            if ref != "=\x00":
+                items.append([part])
+            items.append([])
+            continue
+        if not items or not items[-1] or items[-1][-1].message != message:
+            items.append([])
+        items[-1].append(part)
+    out: list[Part] = []
+    for run in items:
+        kept: list[Part] = []
+        pending: Part | None = None  # an opening tag waiting for the part after it
+        for part in run:
+            bare = _BARE_TAG.fullmatch(part.text)
+            filler = not part.text.strip() or bare is not None
+            if filler and len(run) > 1:
+                opening = bare is not None and not bare.group(1)
+                if opening or not kept:
+                    pending = _joined(pending, part) if pending else part
+                else:
+                    kept[-1] = _joined(kept[-1], part)
+                continue
+            if pending is not None:
+                part = _joined(pending, part, kind=part.kind)
+                pending = None
+            kept.append(part)
+        if pending is not None:
+            kept = kept[:-1] + [_joined(kept[-1], pending)] if kept else [pending]
+        out.extend(kept)
+    return out
+
+
+def _joined(first: Part, second: Part, kind: str | None = None) -> Part:
+    """Two neighbouring parts of one text as one (the kind of ``first`` unless told)."""
+    return Part(
+        first.message, first.role, kind or first.kind, first.text + second.text, first.changed or second.changed
+    )
+
+
 def _tool_name(tool: dict[str, Any]) -> str:
     return str((tool.get("function") or {}).get("name") or tool.get("name") or "?")
 
@@ -449,11 +499,8 @@ class ContextReader:
                     changed_at.add(j)
             removed_at = [i for i in range(len(before)) if i not in copied]
         messages = self._messages(parts, shapes)
-        shown = [self._part(p, shapes, i in changed_at) for i, p in enumerate(parts) if not p[1].startswith("=\x00")]
+        shown = fold_filler(parts, [self._part(p, shapes, i in changed_at) for i, p in enumerate(parts)])
         removed = [self._part(before[i], shapes, True) for i in removed_at if not before[i][1].startswith("=\x00")]
-        for i, p in enumerate(shown):
-            if i and not p.text.strip() and p.message == shown[i - 1].message:
-                p.kind = shown[i - 1].kind  # the line break between two history blocks is history
         tools = None
         if toolset is not None:
             tools = [json.loads(self._text(r)) for r in json.loads(self._text(toolset))]
@@ -567,7 +614,12 @@ def context_html(ctx: Any) -> str:
         f"width:{max(1, round(300 * v / total))}px;background:{_KIND_COLOUR.get(k, '#8c959f')}'></span>"
         for k, v in sizes.items()
     )
-    legend = " · ".join(f"{esc_str(k)} {v:,}" for k, v in sizes.items())
+    legend = " · ".join(
+        f"<span class='tea-ctx-key' data-kind='{esc_str(k)}'><span style='display:inline-block;width:10px;"
+        f"height:10px;margin-right:3px;vertical-align:middle;background:{_KIND_COLOUR.get(k, '#8c959f')}'></span>"
+        f"{esc_str(k)} {v:,}</span>"
+        for k, v in sizes.items()
+    )
     since = f" · new since step {ctx.previous_step} marked" if ctx.previous_step is not None else ""
     rows = []
     for p in ctx.parts:

@@ -153,7 +153,9 @@ class ModelResponseEvent(EventBase):
 
 
 class StepEvent(EventBase):
-    """A step is done: the model's thoughts and its actions' results."""
+    """A step is done: the model's thoughts and its actions' results (``folder``: what changed in the
+    run folder during the step, ``path -> sha256``, ``None`` for a deleted file, ``"!link"`` or
+    ``"!too-large"`` for a file not kept)."""
 
     thinking: str
     evaluation: str
@@ -163,6 +165,7 @@ class StepEvent(EventBase):
     note: NotRequired[str]
     replayed: NotRequired[bool]
     edited: NotRequired[dict[str, Any]]
+    folder: NotRequired[dict[str, str | None]]
 
 
 class ToolCallEvent(EventBase):

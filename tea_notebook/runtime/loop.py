@@ -36,6 +36,7 @@ from tea_notebook.runtime.event_types import (
     ToolCallEvent,
     ToolResultEvent,
 )
+from tea_notebook.runtime.folder_snapshots import FolderSnapshots, manifest, restore
 from tea_notebook.runtime.forking import ForkPlan, StepOverride
 from tea_notebook.runtime.inflight import STILL_RUNNING, LateCall, observation_of
 from tea_notebook.runtime.prompts import DONE_TOOL, build_messages
@@ -158,6 +159,7 @@ class AgentRun(RunLog):
         self.agent, self.max_steps = agent, max_steps
         self.files = self.attach(files) if files else []
         self.todo = TodoList(self.folder / "todo.md") if agent.todo else None
+        self.snapshots = FolderSnapshots(self.folder)
         #: how this run starts from a stored one (a fork, a resume); empty for a fresh run
         self.plan = replay if isinstance(replay, ForkPlan) else ForkPlan.of_steps(list(replay or []))
         self.steps: list[StepRecord] = list(self.plan.live)
@@ -362,6 +364,15 @@ class AgentRun(RunLog):
             self.emit("step", event, replayed.number, durable=False)
         self.events.flush()
         self._replay_todo()
+        if self.fork:
+            self._restore_folder(*self.fork)
+
+    def _restore_folder(self, source: str, step: int) -> None:
+        """Put the source run's folder as it was after ``step`` into this run's folder."""
+        missing = restore(self.ws, manifest(self.ws, source, step), self.folder)
+        if missing:
+            self.emit("notice", NoticeEvent(message="not restored (not kept): " + ", ".join(missing)))
+        self.snapshots.changes(self.ws)  # what a fork starts from is not a change of its own
 
     async def _import_litellm(self) -> None:
         """The first hosted model call of a kernel imports litellm (seconds, once): off the shared
@@ -423,8 +434,12 @@ class AgentRun(RunLog):
     def _finish_step(self, record: StepRecord) -> None:
         self.steps.append(record)
         self.last_step = record.number
+        event = record.to_event()
+        changed = self.snapshots.changes(self.ws)
+        if changed:
+            event["folder"] = changed
         # the step's events and its tools' usage counts: one transaction
-        self.emit("step", record.to_event(), record.number, uses=[(self.ws.tools.kind, self.ws.tools.take_usage())])
+        self.emit("step", event, record.number, uses=[(self.ws.tools.kind, self.ws.tools.take_usage())])
 
     async def _fold_memory(self, step: int) -> None:
         """Keep the history within ``memory_budget`` tokens: fold the oldest steps into a summary,

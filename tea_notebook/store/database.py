@@ -14,6 +14,7 @@ is. Runs that a dead process left ``running`` are marked ``interrupted`` (see
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import os
 import socket
@@ -80,6 +81,8 @@ CREATE TABLE IF NOT EXISTS embeddings(
     PRIMARY KEY(embedder, text_hash));
 CREATE TABLE IF NOT EXISTS blobs(
     digest TEXT PRIMARY KEY, size INTEGER NOT NULL, data BLOB, recipe TEXT);
+CREATE TABLE IF NOT EXISTS file_blobs(
+    digest TEXT PRIMARY KEY, size INTEGER NOT NULL, data BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS evaluations(
     name TEXT PRIMARY KEY, created REAL NOT NULL, updated REAL NOT NULL, config TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS eval_results(
@@ -923,6 +926,26 @@ class Database:
                 size, recipe = kept
                 rows.append((key, size, None, json.dumps(recipe)))
         cur.executemany("INSERT OR IGNORE INTO blobs(digest, size, data, recipe) VALUES (?,?,?,?)", rows)
+
+    def put_file_blobs(self, files: Mapping[str, bytes]) -> None:
+        """Keep run-folder file contents by their sha256 (``digest -> bytes``); a kept digest costs nothing."""
+        if files:
+            with self.transaction() as cur:
+                cur.executemany(
+                    "INSERT OR IGNORE INTO file_blobs(digest, size, data) VALUES (?,?,?)",
+                    [(key, len(data), data) for key, data in files.items()],
+                )
+
+    def file_blob(self, digest: str) -> bytes | None:
+        """The file content kept under a sha256 digest, or None; content that does not match its
+        digest raises WorkspaceError."""
+        rows = self._read("SELECT data FROM file_blobs WHERE digest=?", (digest,))
+        if not rows:
+            return None
+        data = bytes(rows[0][0])
+        if hashlib.sha256(data).hexdigest() != digest:
+            raise _damaged(self.path, f"the kept file sha256:{digest} does not match its digest")
+        return data
 
     def put_blobs(self, blobs: Mapping[str, str | tuple[int, list]]) -> None:
         """Keep full texts by their sha256: ``digest -> text``, or ``digest -> (length, recipe)``
