@@ -60,8 +60,10 @@ from _common import machine, parse_args, publish  # noqa: E402
 import tea_notebook  # noqa: E402
 from tea_notebook._sync import run_sync  # noqa: E402
 from tea_notebook.models.offline import ScriptedModel, call  # noqa: E402
+from tea_notebook.protocol.tools import make_tool  # noqa: E402
 from tea_notebook.runtime import contexts as contexts_mod  # noqa: E402
 from tea_notebook.runtime.contexts import ContextRecorder  # noqa: E402
+from tea_notebook.runtime.folder_snapshots import RACY_NS  # noqa: E402
 from tea_notebook.runtime.runlog import RunLog  # noqa: E402
 
 DATE = "2026-11-26"
@@ -72,6 +74,19 @@ OBSERVATION_CHARS = 300
 STORAGE_RATIO_TARGET = 2.0  # on / off bytes per step at the longest run
 FORK_TARGET_MS = 200.0
 RENDER_TARGET_MS = 50.0
+FILE_BYTES = 10 * 1024  # the file a "10kb" run writes at each step
+UNCHANGED_FILES = 10  # the files an "unchanged" run writes once
+FOLDER_RATIO_TARGET = 2.0  # unchanged / empty bytes per step at the longest run
+RESTORE_TARGET_MS = 300.0  # fork with the folder restored, resume after kill -9: to the first model call
+HANG_MARKER = "hanging.txt"
+#: the figures measured before a resume read the stopped run's events once, checked the folder against
+#: its seal, and a fork or resume stopped searching memory again (same machine, same bench)
+BEFORE = {
+    "fork": "Before the cuts of issue 28 (first measured 2026-11-29): 362 ms wall (321–557), 178 ms CPU (161–257), n = 5.",
+    "resume": "Before the cuts of issue 28 (first measured 2026-11-29): 842 ms wall (609–854), 414 ms CPU (342–504), n = 3, "
+    "most of it the memory search (the memory registry's first load, numpy's and faiss's imports, embeddings), the "
+    "whole folder read and hashed, and the run's events decoded four times.",
+}
 
 
 def lookup_value(key: str) -> str:
@@ -104,14 +119,37 @@ class RecorderOff:
 
 
 # -- one run ----------------------------------------------------------------------------------------
-def new_workspace(base: Path, name: str) -> Any:
-    ws = tea_notebook.Workspace(base / name, embedder="hashing")
+def file_payload(key: str) -> bytes:
+    """A file of ``FILE_BYTES`` bytes whose content is its own (it starts with ``key``)."""
+    return ((key + ":").encode() + FILLER.encode() * (FILE_BYTES // len(FILLER) + 1))[:FILE_BYTES]
 
-    @ws.tools.tool
+
+def new_workspace(base: Path, name: str, folder: str = "empty", hang_at: str | None = None) -> Any:
+    """A workspace with the ``lookup`` tool. ``folder``: what the tool does to the run folder —
+    ``empty`` nothing; ``unchanged`` writes ``UNCHANGED_FILES`` files of 10 KB at its first call and
+    never touches them again; ``10kb`` writes one new 10 KB file per call. ``hang_at``: the key at
+    which the tool writes ``HANG_MARKER`` in the workspace and sleeps (to be killed there)."""
+    ws = tea_notebook.Workspace(base / name, embedder="hashing")
+    state: dict[str, Path] = {}
+
     def lookup(key: str) -> str:
         """Look up the value of a key."""
+        if key == hang_at:  # killed here, before it writes (a resume refuses a folder changed since the stop)
+            (ws.path / HANG_MARKER).write_text(key)
+            time.sleep(600)
+        if folder != "empty":
+            run = state.get("folder")
+            if run is None:
+                run = state["folder"] = ws.path / "runs" / ws.db.runs(1, parent_id=None)[0]["id"]
+                run.mkdir(parents=True, exist_ok=True)
+                if folder == "unchanged":
+                    for i in range(UNCHANGED_FILES):
+                        (run / f"kept-{i}.bin").write_bytes(file_payload(f"kept-{i}"))
+            if folder == "10kb":
+                (run / f"{key}.bin").write_bytes(file_payload(key))
         return lookup_value(key)
 
+    ws.tools.register(make_tool(lookup, idempotent=True))
     return ws
 
 
@@ -130,10 +168,13 @@ def table_bytes(ws: Any) -> dict[str, int]:
     return {name: int(size) for name, size in rows}
 
 
-def one_run(base: Path, steps: int, on: bool, *, keep: bool = False, hook: Callable | None = None) -> dict[str, Any]:
-    """A ``steps``-step run in a fresh workspace: its time, CPU and the bytes it added to tea.db."""
-    name = f"ws-{steps}-{'on' if on else 'off'}-{time.monotonic_ns()}"
-    ws = new_workspace(base, name)
+def one_run(
+    base: Path, steps: int, on: bool, *, keep: bool = False, hook: Callable | None = None, folder: str = "empty"
+) -> dict[str, Any]:
+    """A ``steps``-step run in a fresh workspace: its time, CPU and the bytes it added to tea.db
+    (``folder``: what its tool does to the run folder, see :func:`new_workspace`)."""
+    name = f"ws-{steps}-{'on' if on else 'off'}-{folder}-{time.monotonic_ns()}"
+    ws = new_workspace(base, name, folder)
     script = ScriptedModel(
         [call("lookup", key=f"k{i}") for i in range(1, steps)] + [call("done", success=True, text="all looked up")]
     )
@@ -167,6 +208,11 @@ def one_run(base: Path, steps: int, on: bool, *, keep: bool = False, hook: Calla
         (result.run_id,),
     )[0][0]
     folds = ws.db._read("SELECT count(*) FROM events WHERE run_id=? AND type='memory_written'", (result.run_id,))[0][0]
+    file_blobs = ws.db._read("SELECT coalesce(sum(length(data)), 0), count(*) FROM file_blobs")[0]
+    folder_records = ws.db._read(
+        "SELECT coalesce(sum(length(json_extract(data, '$.folder'))), 0) FROM events WHERE run_id=? AND type='step'",
+        (result.run_id,),
+    )[0][0]
     out = {
         "steps": steps,
         "on": on,
@@ -179,6 +225,10 @@ def one_run(base: Path, steps: int, on: bool, *, keep: bool = False, hook: Calla
         "blob_rows": blobs1[1] - blobs0[1],
         "events": events,
         "folds": folds,
+        "folder": folder,
+        "file_blob_bytes": file_blobs[0],
+        "file_blob_rows": file_blobs[1],
+        "folder_record_bytes": folder_records,
         "tables": {k: tables1.get(k, 0) - tables0.get(k, 0) for k in set(tables0) | set(tables1)},
         "run_id": result.run_id,
     }
@@ -406,6 +456,166 @@ def fork_once(ws: Any, run_id: str, step: int) -> dict[str, float]:
     return {"wall": first["t"] - t0, "cpu": first["c"] - c0, "total": t_end - t0}
 
 
+# -- 5 to 7: run folders, forks that restore them, resume after kill -9 ----------------------------
+FOLDER_LABELS = {
+    "empty": "no files (empty run folder)",
+    "unchanged": f"{UNCHANGED_FILES} files × 10 KB written at step 1, unchanged after",
+    "10kb": "one new 10 KB file per step",
+}
+
+
+def folder_storage(
+    base: Path, steps: list[int], repeat: int
+) -> tuple[dict[tuple[int, str], list[dict]], dict[str, Any]]:
+    """Every size in every folder mode, order rotated per repeat; keeps the workspaces of the last
+    longest ``empty`` and ``10kb`` runs (the forks' sources)."""
+    runs: dict[tuple[int, str], list[dict]] = {}
+    kept: dict[str, Any] = {}
+    modes = list(FOLDER_LABELS)
+    for rep in range(repeat):
+        order = modes[rep % 3 :] + modes[: rep % 3]
+        for n in steps:
+            for mode in order:
+                keep = mode in ("empty", "10kb") and n == max(steps) and rep == repeat - 1
+                r = one_run(base, n, True, keep=keep, folder=mode)
+                if keep:
+                    kept[mode] = r
+                runs.setdefault((n, mode), []).append(r)
+                print(
+                    f"  folder storage: {n} steps, {mode}: {r['file_bytes'] / n:,.0f} B/step (file), "
+                    f"{r['wall']:.1f} s, cpu {r['cpu']:.1f} s",
+                    flush=True,
+                )
+    return runs, kept
+
+
+def restore_parts(ws: Any, run_id: str, step: int) -> dict[str, float]:
+    """One fork at ``step``: wall time to the first model call, and the CPU of the folder's pieces up
+    to it (``manifest``, ``restore``, the fork's first ``FolderSnapshots.changes``), each timed by a wrapper."""
+    import tea_notebook.runtime.loop as loop_mod
+    from tea_notebook.runtime.folder_snapshots import FolderSnapshots
+
+    acc: dict[str, float] = {}
+
+    def timed(name: str, fn: Callable) -> Callable:
+        @functools.wraps(fn)
+        def wrapper(*a: Any, **k: Any) -> Any:
+            c = time.process_time()
+            try:
+                return fn(*a, **k)
+            finally:
+                acc[name] = acc.get(name, 0.0) + time.process_time() - c
+
+        return wrapper
+
+    saved = (loop_mod.manifest, loop_mod.restore, FolderSnapshots.changes)
+    loop_mod.manifest = timed("manifest", loop_mod.manifest)
+    loop_mod.restore = timed("restore (write the files)", loop_mod.restore)
+    FolderSnapshots.changes = timed("FolderSnapshots.changes", FolderSnapshots.changes)  # type: ignore[method-assign]
+    try:
+        out = fork_once(ws, run_id, step)
+        first = dict(acc)
+    finally:
+        loop_mod.manifest, loop_mod.restore, FolderSnapshots.changes = saved  # type: ignore[method-assign]
+    return {**out, **{k: v for k, v in first.items()}}
+
+
+CHILD = r"""
+import json, os, sys, time
+t_exec = time.time()
+sys.path.insert(0, {root!r}); sys.path.insert(0, {bench!r})
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+import bench_time_travel as b
+from tea_notebook._sync import run_sync
+from tea_notebook.models.offline import ScriptedModel, call
+mode, path, steps, hang = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+if mode == "run":
+    ws = b.new_workspace(b.Path(path).parent, b.Path(path).name, "10kb", hang_at=hang)
+    script = ScriptedModel([call("lookup", key=f"k{{i}}") for i in range(1, steps)]
+                           + [call("done", success=True, text="all looked up")], name="killed-looker")
+    ws.agent("looker", model=script.name, tools=["lookup"], max_steps=steps, tool_mode="native").run_sync(b.TASK)
+    sys.exit(0)
+t_imported = time.time()
+ws = b.new_workspace(b.Path(path).parent, b.Path(path).name, "10kb")
+t_open = time.time()
+run_id = sys.argv[5]
+first = {{}}
+n = {{"i": int(hang[1:])}}
+
+def model(messages, tools):
+    if not first:
+        first["t"], first["c"] = time.perf_counter(), time.process_time()
+    n["i"] += 1
+    if n["i"] >= steps:
+        return call("done", success=True, text="all looked up")
+    return call("lookup", key=f"k{{n['i']}}")
+
+ScriptedModel(model, name="killed-looker")
+ws.agent("looker", model="tea/script:killed-looker", tools=["lookup"], max_steps=steps, tool_mode="native")
+out = {{"exec_to_open": t_open - t_exec, "import": t_imported - t_exec}}
+for what in sys.argv[6].split(","):
+    first.clear()
+    t0, c0 = time.perf_counter(), time.process_time()
+    if what == "resume":
+        result = run_sync(ws.resume(run_id))
+    else:
+        fork_model = ScriptedModel(lambda m, t: first or first.update(t=time.perf_counter(), c=time.process_time())
+                                   or call("done", success=True, text="forked"))
+        result = run_sync(ws.fork(run_id, int(hang[1:]) - 1, model=fork_model.name))
+    out[what] = {{"wall": first["t"] - t0, "cpu": first["c"] - c0, "status": result.status, "steps": result.steps}}
+print("RESULT " + json.dumps(out))
+"""
+
+
+def resume_after_kill(base: Path, steps: int, at: int, repeat: int) -> list[dict[str, Any]]:
+    """``repeat`` times: a child process runs a ``steps``-step ``10kb`` run and is killed with SIGKILL
+    while its tool runs at step ``at``; a fresh process then resumes it (and forks it at its last
+    finished step, the peer, in the same process; which goes first alternates)."""
+    import signal
+    import subprocess
+
+    code = CHILD.format(root=str(ROOT), bench=str(ROOT / "bench"))
+    out = []
+    for rep in range(repeat):
+        folder = base / f"killed-{rep}-{time.monotonic_ns()}"
+        marker = folder / HANG_MARKER
+        t0 = time.perf_counter()
+        child = subprocess.Popen([sys.executable, "-c", code, "run", str(folder), str(steps), f"k{at}"])
+        while not marker.exists():
+            if child.poll() is not None:
+                raise RuntimeError(f"the run to kill ended on its own (exit {child.returncode})")
+            time.sleep(0.02)
+        ran = time.perf_counter() - t0
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+        probe = tea_notebook.Workspace(folder, embedder="hashing")
+        run_id = probe.db.runs(1, parent_id=None)[0]["id"]
+        probe.close() if hasattr(probe, "close") else None
+        order = "resume,fork" if rep % 2 == 0 else "fork,resume"
+        c0 = time.perf_counter()
+        done = subprocess.run(
+            [sys.executable, "-c", code, "resume", str(folder), str(steps), f"k{at}", run_id, order],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        line = next((x for x in done.stdout.splitlines() if x.startswith("RESULT ")), None)
+        if line is None:
+            raise RuntimeError(f"the resuming process failed:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}")
+        r = json.loads(line[7:])
+        r["process"] = time.perf_counter() - c0
+        r["ran_before_kill"] = ran
+        r["order"] = order
+        out.append(r)
+        print(
+            f"  resume after kill -9 at step {at}: {r['resume']['wall'] * 1000:.0f} ms to the first model call "
+            f"({r['resume']['status']}); fork at {at - 1}: {r['fork']['wall'] * 1000:.0f} ms",
+            flush=True,
+        )
+        shutil.rmtree(folder, ignore_errors=True)
+    return out
+
+
 # -- 4: rendering -----------------------------------------------------------------------------------
 def render_configs(ws: Any, run_id: str, step: int) -> dict[str, Callable[[], Any]]:
     configs: dict[str, Callable[[], Any]] = {
@@ -422,20 +632,8 @@ def render_configs(ws: Any, run_id: str, step: int) -> dict[str, Callable[[], An
     return configs
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--write", action="store_true", help="write the figures into docs/benchmarks.md")
-    parser.add_argument("--repeat", type=int, default=3, help="runs of each size and mode (storage)")
-    parser.add_argument("--steps", type=int, nargs="+", default=[10, 100, 1000])
-    parser.add_argument("--cost-steps", type=int, default=200)
-    parser.add_argument("--cost-repeat", type=int, default=5)
-    parser.add_argument("--fork-steps", type=int, nargs="+", default=[100, 500, 900])
-    parser.add_argument("--fork-repeat", type=int, default=5)
-    parser.add_argument("--render-repeat", type=int, default=10)
-    parser.add_argument("--profile", action="store_true", help="print cProfile tops of a run, a fork and a render")
-    args = parse_args(
-        parser, repeat=1, steps=[5, 20], cost_steps=8, cost_repeat=1, fork_steps=[3, 18], fork_repeat=1, render_repeat=1
-    )
+def contexts_section(args: argparse.Namespace) -> None:
+    """Parts 1 to 4: stored contexts, their cost, forks and rendering; the section printed (and written)."""
     steps = sorted(args.steps)
     longest = steps[-1]
     fork_steps = [s for s in args.fork_steps if s < longest]
@@ -643,6 +841,197 @@ def main() -> None:
     publish("\n".join(lines) + "\n", args.write)
     for title, text in profiles.items():
         print(f"\n-- profile: {title}\n{text}")
+
+
+def folders_section(args: argparse.Namespace) -> None:
+    """Parts 5 to 7: bytes per step with run-folder snapshots, forks that restore the folder, resume
+    after ``kill -9``; the section printed (and written)."""
+    steps = sorted(args.steps)
+    longest = steps[-1]
+    fork_at = longest // 2
+    kill_at = args.kill_steps // 2
+    command = "`.venv/bin/python bench/bench_time_travel.py --parts folders" + (" --write`" if args.write else "`")
+    with tempfile.TemporaryDirectory(prefix="tea-bench-folders-") as tmp:
+        base = Path(tmp)
+        print("warm-up runs", flush=True)
+        for mode in FOLDER_LABELS:
+            one_run(base, min(steps[0], 10), True, folder=mode)
+        print("folder storage", flush=True)
+        runs, kept = folder_storage(base, steps, args.folder_repeat)
+        print(f"forks at step {fork_at} of the {longest}-step runs, with and without a folder", flush=True)
+        forks: dict[str, list[dict[str, float]]] = {"10kb": [], "empty": []}
+        for rep in range(args.fork_repeat):
+            for mode in ("10kb", "empty") if rep % 2 == 0 else ("empty", "10kb"):
+                r = kept[mode]
+                forks[mode].append(restore_parts(r["ws"], r["run_id"], fork_at))
+                print(f"  fork at {fork_at}, {mode}: {forks[mode][-1]['wall'] * 1000:.0f} ms", flush=True)
+        profiles: dict[str, str] = {}
+        if args.profile:
+            with on_this_thread():
+                r = kept["10kb"]
+                profiles[f"fork at {fork_at} with the folder restored (cumulative)"] = profile_top(
+                    lambda: fork_once(r["ws"], r["run_id"], fork_at), limit=30, sort="cumulative"
+                )
+        for r in kept.values():
+            r["ws"].close() if hasattr(r["ws"], "close") else None
+        print(f"resume after kill -9 at step {kill_at} of a {args.kill_steps}-step run", flush=True)
+        killed = resume_after_kill(base, args.kill_steps, kill_at, args.kill_repeat)
+
+    lines = [
+        "## Time travel: run folders, forks that restore them, resume after kill -9",
+        "",
+        f"{command}, {time.strftime('%Y-%m-%d')}; {machine()}; the machine was shared with other work, so CPU time "
+        "(`time.process_time`) is given beside wall time; figures are median (min–max) over n runs, configurations "
+        "interleaved. The runs are those of the section above (scripted agent loop, contexts stored), but the tool "
+        "also works on the run folder, which is snapshotted after every step (`tea_notebook/runtime/folder_snapshots.py`: "
+        "changed files hashed, each content kept once in `file_blobs`, the step event lists what changed and seals "
+        "the folder): " + "; ".join(f"**{k}**: {v}" for k, v in FOLDER_LABELS.items()) + ".",
+        "",
+        "**Bytes stored per step** (tea.db's growth after `PRAGMA wal_checkpoint(TRUNCATE)`, whole pages; "
+        "`file_blobs`: the file contents kept; folder records: the `folder` lists of the step events):",
+        "",
+        "| steps | folder | n | file B/step | ÷ empty | file B/step without `file_blobs` (dbstat) | `file_blobs` B/step "
+        "(contents, rows) | folder records B/step | CPU ms/step | wall ms/step |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    per_step: dict[tuple[int, str], float] = {}
+    for n in steps:
+        for mode in FOLDER_LABELS:
+            rs = runs[(n, mode)]
+            per_step[(n, mode)] = statistics.median(r["file_bytes"] / n for r in rs)
+        for mode in FOLDER_LABELS:
+            rs = runs[(n, mode)]
+            without = [(r["file_bytes"] - sum(v for k, v in r["tables"].items() if "file_blobs" in k)) / n for r in rs]
+            lines.append(
+                f"| {n:,} | {mode} | {len(rs)} | {stats([r['file_bytes'] / n for r in rs], fmt='{:,.0f}')} | "
+                f"{per_step[(n, mode)] / per_step[(n, 'empty')]:.2f}× | {stats(without, fmt='{:,.0f}')} | "
+                f"{statistics.median(r['file_blob_bytes'] for r in rs) / n:,.0f} ({rs[0]['file_blob_rows']:,}) | "
+                f"{statistics.median(r['folder_record_bytes'] for r in rs) / n:,.0f} | "
+                f"{stats([r['cpu'] / n for r in rs], 1000)} | {stats([r['wall'] / n for r in rs], 1000)} |"
+            )
+    ratio = per_step[(longest, "unchanged")] / per_step[(longest, "empty")]
+    grow = {n: per_step[(n, "10kb")] for n in steps}
+    mid = [n for n in steps if n >= 100] or steps
+    linear = max(grow[n] for n in mid) / min(grow[n] for n in mid)
+    extra = {n: per_step[(n, "10kb")] - per_step[(n, "empty")] for n in steps}
+    lines += [
+        "",
+        f"Targets: files that do not change cost ≤ {FOLDER_RATIO_TARGET:.0f}× a run with an empty folder at "
+        f"{longest:,} steps ({ratio:.2f}×; the {UNCHANGED_FILES} files' contents are stored once, at step 1, and later "
+        f"steps record nothing for them) — {ok(ratio <= FOLDER_RATIO_TARGET)}; one new 10 KB file per step grows "
+        f"linearly (bytes per step at {' vs '.join(f'{n:,}' for n in mid)} steps {linear:.2f}× apart; above the empty "
+        "run: " + ", ".join(f"{extra[n]:,.0f} B/step at {n:,}" for n in steps) + f", for {FILE_BYTES:,} B of content) "
+        f"— {ok(linear <= 1.5)}. Peer of the per-step CPU: the empty run's (the walk of an unchanged folder stats "
+        "every file; a changed one is read and hashed).",
+        "",
+        f"**Fork at step {fork_at:,} of the {longest:,}-step run, folder restored** (from `await ws.fork(run, {fork_at}, "
+        "model=...)` to the fork's first live model call, in the process that made the run; compared with the same "
+        "fork of the run with an empty folder (the peer: the difference is what the folder costs); "
+        f"the 10kb fork writes the {fork_at:,} files the run had written by step {fork_at}, "
+        f"{fork_at * FILE_BYTES / 2**20:.1f} MiB; CPU of the folder's pieces timed by wrappers):",
+        "",
+        "| run folder | n | wall ms | CPU ms | whole fork ms | manifest CPU ms | restore CPU ms | snapshot CPU ms |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for mode in ("10kb", "empty"):
+        f = forks[mode]
+        lines.append(
+            f"| {FOLDER_LABELS[mode]} | {len(f)} | {stats([x['wall'] for x in f], 1000, '{:.0f}')} | "
+            f"{stats([x['cpu'] for x in f], 1000, '{:.0f}')} | {stats([x['total'] for x in f], 1000, '{:.0f}')} | "
+            f"{stats([x.get('manifest', 0.0) for x in f], 1000, '{:.0f}')} | "
+            f"{stats([x.get('restore (write the files)', 0.0) for x in f], 1000, '{:.0f}')} | "
+            f"{stats([x.get('FolderSnapshots.changes', 0.0) for x in f], 1000, '{:.0f}')} |"
+        )
+    fork_ms = statistics.median(x["wall"] for x in forks["10kb"]) * 1000
+    fork_cpu = statistics.median(x["cpu"] for x in forks["10kb"]) * 1000
+    lines += [
+        "",
+        f"Target ≤ {RESTORE_TARGET_MS:.0f} ms: median {fork_ms:.0f} ms wall, {fork_cpu:.0f} ms CPU — "
+        f"{ok(fork_ms <= RESTORE_TARGET_MS)}. {BEFORE['fork']}",
+        "",
+        f"**Resume after `kill -9`**: a child process runs a {args.kill_steps:,}-step 10kb run and is killed (SIGKILL) "
+        f"while its tool runs at step {kill_at:,}, before the tool writes its file (the tool is idempotent, so the resume "
+        "runs that call again; the resume first checks that the run folder is as the last snapshot left it: against "
+        "the seal that snapshot recorded, reading and hashing only the files written within "
+        f"{RACY_NS // 1_000_000} ms before it); a fresh process opens the workspace and times `await ws.resume(run)` to "
+        "the first live model call (the resumed step's call runs again first). The resume reads the stopped run's "
+        "events once (without its finished steps' calls), and, like a fork, takes the insights the run recalled from "
+        "memory at its start from its record instead of searching memory again. Compared with: a fork of the killed "
+        f"run at its last finished step ({kill_at - 1:,}) in the same fresh process (the peer: the same reading and "
+        "restoring without the resume's checks and its re-run call); which goes first alternates, and the first pays "
+        "the process's first-use costs (lazy imports), so each is given first and second. Also: the fresh process's "
+        "imports + workspace open, and the whole process (to the resumed run's end).",
+        "",
+        "| | n | wall ms | CPU ms |",
+        "|---|---|---|---|",
+    ]
+    for what, label in (("resume", "resume to the first model call"), ("fork", f"fork at step {kill_at - 1:,} (peer)")):
+        for first, when in ((True, "first in its process"), (False, "second, after the other")):
+            ks = [k[what] for k in killed if k["order"].startswith(what) == first]
+            if ks:
+                lines.append(
+                    f"| {label}, {when} | {len(ks)} | {stats([k['wall'] for k in ks], 1000, '{:.0f}')} | "
+                    f"{stats([k['cpu'] for k in ks], 1000, '{:.0f}')} |"
+                )
+    lines += [
+        f"| the fresh process: imports + workspace open | {len(killed)} | "
+        f"{stats([k['exec_to_open'] for k in killed], 1000, '{:.0f}')} | — |",
+        f"| the fresh process, start to end (incl. the resumed run's {args.kill_steps - kill_at:,} steps) | "
+        f"{len(killed)} | {stats([k['process'] for k in killed], 1000, '{:.0f}')} | — |",
+    ]
+    cold = [k["resume"] for k in killed if k["order"].startswith("resume")] or [k["resume"] for k in killed]
+    resume_ms = statistics.median(k["wall"] for k in cold) * 1000
+    resume_cpu = statistics.median(k["cpu"] for k in cold) * 1000
+    statuses = sorted({k["resume"]["status"] for k in killed})
+    lines += [
+        "",
+        f"Target ≤ {RESTORE_TARGET_MS:.0f} ms for the resume done first in a fresh process: median {resume_ms:.0f} ms "
+        f"wall, {resume_cpu:.0f} ms CPU — {ok(resume_ms <= RESTORE_TARGET_MS)} (resumed runs ended: "
+        f"{', '.join(statuses)}). {BEFORE['resume']}",
+    ]
+    publish("\n".join(lines) + "\n", args.write)
+    for title, text in profiles.items():
+        print(f"\n-- profile: {title}\n{text}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--write", action="store_true", help="write the figures into docs/benchmarks.md")
+    parser.add_argument("--repeat", type=int, default=3, help="runs of each size and mode (storage)")
+    parser.add_argument("--steps", type=int, nargs="+", default=[10, 100, 1000])
+    parser.add_argument("--cost-steps", type=int, default=200)
+    parser.add_argument("--cost-repeat", type=int, default=5)
+    parser.add_argument("--fork-steps", type=int, nargs="+", default=[100, 500, 900])
+    parser.add_argument("--fork-repeat", type=int, default=5)
+    parser.add_argument("--render-repeat", type=int, default=10)
+    parser.add_argument("--profile", action="store_true", help="print cProfile tops of a run, a fork and a render")
+    parser.add_argument(
+        "--parts",
+        nargs="+",
+        default=["contexts", "folders"],
+        choices=("contexts", "folders"),
+        help="which sections to measure (and write): stored contexts (1-4), run folders (5-7)",
+    )
+    parser.add_argument("--folder-repeat", type=int, default=3, help="runs of each size and folder mode")
+    parser.add_argument("--kill-steps", type=int, default=1000, help="steps of the run killed mid-run")
+    parser.add_argument("--kill-repeat", type=int, default=6, help="runs killed and resumed")
+    args = parse_args(
+        parser,
+        repeat=1,
+        steps=[5, 20],
+        cost_steps=8,
+        cost_repeat=1,
+        fork_steps=[3, 18],
+        fork_repeat=1,
+        render_repeat=1,
+        folder_repeat=1,
+        kill_steps=20,
+        kill_repeat=1,
+    )
+    if "contexts" in args.parts:
+        contexts_section(args)
+    if "folders" in args.parts:
+        folders_section(args)
 
 
 if __name__ == "__main__":

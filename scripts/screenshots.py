@@ -9,7 +9,8 @@ another) and saves what a person sees:
 
 - ``extension-trajectory.png``: a planner with two sub-agents, one step open, with its buttons;
 - ``time-travel-context.png``: a step's context panel (what the model saw, part by part);
-- ``time-travel-fork.png``: a fork made with "edit and fork" (the edited observation, before and after);
+- ``time-travel-fork.png``: a fork made with "edit and fork" (the edited observation, before and after, and
+  where the fork departs from the original);
 - ``extension-threads.png``: a CORAL team's run as threads (the team of tutorial 06);
 - ``background-runs.png``: two ``%%agent --background`` runs going on while the next cell has run;
 - ``extension-sidebar.png``: the TEA sidebar with its runs and memory.
@@ -49,8 +50,8 @@ def stock(tea: str) -> str:
 
 TIME_TRAVEL_SCRIPTS = """from tea_notebook.models.offline import ScriptedModel, call
 counter = ScriptedModel([call('stock', tea='green'), call('stock', tea='black'), call('stock', tea='oolong'),
-                         call('done', success=True, text='38 tins')], name='stocktaker')
-after_edit = ScriptedModel([call('done', success=True, text='83 tins')], name='stocktaker-after-edit')
+                         call('done', success=True, text='38 tins'),
+                         call('done', success=True, text='83 tins')], name='stocktaker')  # the last: the fork's
 print('ready')"""
 
 RUN_STOCKTAKER = (
@@ -185,30 +186,28 @@ def agents_and_time_travel(lp: Page, shots: Shots) -> None:
     scroll_to(lp, 5)
     shots(lp.cell(5), "time-travel-context")
     out.locator(".tea-step[data-step='3'] [data-tea=context]").click()  # hide it again
-    # "edit and fork" on step 3: the %tea fork line below; run it: the prefilled cell below that
+    # "edit and fork" on step 3: the observation edited in place; its Fork runs one cell below
     before = cell_count(lp)
     out.locator(".tea-step[data-step='3'] [data-tea=edit-fork]").click()
-    lp.page.wait_for_function(f"() => window.jupyterapp.shell.currentWidget.content.widgets.length === {before + 1}")
-    lp.run(6)
+    value = out.locator(".tea-step[data-step='3'] [data-tea=edit-value]")
+    value.wait_for(timeout=30000)
+    if value.input_value() != "5 tins of oolong tea":
+        raise SystemExit(f"unexpected value to edit: {value.input_value()!r}")
+    value.fill("50 tins of oolong tea")
+    out.locator(".tea-step[data-step='3'] [data-tea=edit-fork-go]").click()
     lp.page.wait_for_function(
-        f"() => window.jupyterapp.shell.currentWidget.content.widgets.length === {before + 2}", timeout=30000
+        f"() => window.jupyterapp.shell.currentWidget.content.widgets.length === {before + 1}", timeout=30000
     )
-    code = source(lp, 7)
-    if "'5 tins of oolong tea'" not in code:
-        raise SystemExit(f"unexpected prefilled fork cell:\n{code}")
-    edited = code.replace("'5 tins of oolong tea'", "'50 tins of oolong tea'").replace(
-        "edit={", "model='tea/script:stocktaker-after-edit', edit={"
-    )
-    set_source(lp, 7, edited)
-    lp.run(7, timeout=90)
-    forked = view(lp, 7)
+    forked = view(lp, 6)
     forked.locator(".tea-step[data-step='3'] .tea-step-head").click()
     forked.locator(".tea-step[data-step='3'] [data-tea=edit-detail]").wait_for()
+    forked.locator("[data-tea=departure] summary").click()  # where it departs from the original, unfolded
+    forked.locator("[data-tea=departure-replay]").wait_for()
     scroll_to(lp, 6)
-    shots(lp.cell(7), "time-travel-fork")
+    shots(lp.cell(6), "time-travel-fork")
     print(f"  (forked {run_id} at step 3)")
     # a run that folds its older steps into memory, then the sidebar: runs and memory
-    lp.run(8, timeout=120)
+    lp.run(7, timeout=120)
     sidebar(lp, shots)
 
 

@@ -103,6 +103,76 @@ DOCTOR = (
 #: ``tea runs`` / ``%tea runs``
 RUNS = (Flag("--limit", "how many recent runs", type=int, default=20),)
 
+#: ``%%tool`` (the magic only: the CLI has no cells), parsed by :func:`tea_notebook.notebook.tool_cell.parse_tool_line`
+TOOL_CELL = (
+    Flag("--name", "tool name (only when the cell defines one function)", metavar="N", only="magic"),
+    Flag("--toolkit", "toolkit the tools belong to", metavar="T", only="magic"),
+    Flag("--category", "category of the tools", default="general", metavar="C", only="magic"),
+    Flag(
+        "--idempotent",
+        "running a call twice is harmless: a resume may run again a call whose outcome is unknown",
+        action="store_true",
+        default=False,
+        only="magic",
+    ),
+    Flag(
+        "--process",
+        "run each call in a child process (the run's), not in the kernel, so Stop can end it; the tool sees no "
+        "kernel variables",
+        action="store_true",
+        default=False,
+        only="magic",
+    ),
+)
+
+#: ``%tea fork`` / ``%tea resume`` (and ``ws.fork`` / ``ws.resume``'s ``replay=``): the ``tea`` command line
+#: has no fork or resume yet, so it is no subcommand of :data:`TABLE`; one that comes takes this flag
+REPLAY = Flag(
+    "--replay",
+    "how the tool calls made again are answered: recorded (from the forked run), live (run again) or refuse, "
+    "for every tool, or per tool: place_order=refuse,*=recorded",
+    metavar="SPEC",
+)
+
+#: ``%tea resume`` (and ``ws.resume``'s ``force=``): go on although the stopped run's folder was changed by hand
+RESUME_FORCE = Flag(
+    "--force",
+    "go on although the run folder was changed by hand since the stop (the new run records what changed)",
+    action="store_true",
+    default=False,
+    only="magic",
+)
+
+#: ``%tea evolve``'s promotion gate (the ``tea`` command line has no evolve yet, so it is no subcommand of
+#: :data:`TABLE`; one that comes takes these flags)
+EVOLVE_GATE = (
+    Flag(
+        "--held-out",
+        "tasks (a JSONL, CSV or GAIA folder) the promotion gate measures each new tool on, with and without it; "
+        "without it promotion is unmeasured",
+        metavar="TASKS",
+        only="magic",
+    ),
+    Flag(
+        "--gate-agent",
+        "the tool-calling agent the gate gives the candidates to (default: a plain agent)",
+        default="agent",
+        metavar="A",
+        only="magic",
+    ),
+    Flag(
+        "--level", "the level of the gain's interval that must lie above zero", type=float, default=0.95, only="magic"
+    ),
+    Flag("--gate-epochs", "runs of each held-out task in each arm", type=int, default=1, metavar="K", only="magic"),
+    Flag(
+        "--gate-scorer",
+        "how the gate scores answers",
+        default="exact",
+        choices=("gaia", "exact", "contains"),
+        only="magic",
+    ),
+)
+
 #: the subcommands both front ends have, with their flags
 TABLE: dict[str, tuple[Flag, ...]] = {"eval": EVAL, "doctor": DOCTOR, "runs": RUNS}
 
@@ -119,4 +189,16 @@ def add_flags(parser: argparse.ArgumentParser, subcommand: str, front_end: Front
     return parser
 
 
-__all__ = ["DOCTOR", "EVAL", "EVAL_OPTIONS", "RUNS", "TABLE", "Flag", "add_flags", "flags"]
+__all__ = [
+    "DOCTOR",
+    "EVAL",
+    "EVAL_OPTIONS",
+    "EVOLVE_GATE",
+    "REPLAY",
+    "RUNS",
+    "TABLE",
+    "TOOL_CELL",
+    "Flag",
+    "add_flags",
+    "flags",
+]

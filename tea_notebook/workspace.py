@@ -33,6 +33,7 @@ from tea_notebook.store.database import Database
 if TYPE_CHECKING:
     from tea_notebook.agents.analyzer import DeepAnalyzer
     from tea_notebook.agents.coral import CoralTeam
+    from tea_notebook.agents.edit_effect import EditEffect
     from tea_notebook.agents.researcher import DeepResearcher
     from tea_notebook.agents.toolself import ToolSelfAgent
     from tea_notebook.agents.training_data import ExportReport
@@ -43,6 +44,8 @@ if TYPE_CHECKING:
     from tea_notebook.eval.spec import WorkerHost
     from tea_notebook.evolve.agent_bank import AgentBank
     from tea_notebook.evolve.experience import ExperienceMemory
+    from tea_notebook.evolve.gate import PromotionGate
+    from tea_notebook.evolve.lineage import Lineage
     from tea_notebook.evolve.toolmaker import ToolMaker
     from tea_notebook.runtime.agent import Agent, RunResult
     from tea_notebook.runtime.branches import Branches, Comparison
@@ -292,6 +295,24 @@ class Workspace:
 
         return await aevaluate(self, agent, tasks, **options)
 
+    def promotion_gate(self, held_out: Any, *, agent: Any, **options: Any) -> "PromotionGate":
+        """A gate that promotes candidate tools (experiences, expert agents: ``kind=``) only on a measured
+        gain: ``gate.check(name)`` evaluates ``agent`` on the ``held_out`` tasks with and without the
+        candidate and promotes it when the paired gain's interval lies above zero. Options: see
+        :class:`tea_notebook.evolve.gate.PromotionGate`."""
+        from tea_notebook.evolve.gate import PromotionGate
+
+        return PromotionGate(self, held_out, agent=agent, **options)
+
+    def lineage(self, name: str | None = None, *, kind: str = "tool") -> "Lineage":
+        """The evolution lineage of the tools (or of ``name``; ``kind="experience"`` or ``"agent"``: of
+        the experience entries or the expert agents): every version with its parent, the runs that
+        made and used it, the gate's evidence; ``.rollback(name, version)`` takes a version and what
+        derives from it out of use (nothing is deleted)."""
+        from tea_notebook.evolve.lineage import evolution_lineage
+
+        return evolution_lineage(self, name, kind)
+
     def evaluation(self, name: str) -> "EvalResults":
         """The stored results of an evaluation."""
         from tea_notebook.eval.results import EvalResults
@@ -325,6 +346,7 @@ class Workspace:
         task: str | None = None,
         context: Context | None = None,
         raise_on_error: bool = True,
+        replay: "str | dict[str, str] | None" = None,
     ) -> "RunResult":
         """A new run that replays a stored run up to ``step`` and goes on live from there.
 
@@ -337,6 +359,13 @@ class Workspace:
         from the step that called it, with the sub-agent's new answer. A ToolSelf run forks at
         ``stage=K``, with ``edit={"stage": {...}}`` changing that stage's configuration.
         Stored tool results are replayed; ``rerun_from=K`` runs the tools of steps K.. again live.
+
+        ``replay`` says how the tool calls the new run makes (those of steps ``rerun_from``.. and every
+        step after ``step``) are answered: ``"recorded"`` (from the forked run's stored result of the
+        same call at the same step; the tool is not run), ``"live"`` (run again: the default) or
+        ``"refuse"`` (not run), for every tool, or per tool: ``{"place_order": "refuse", "*": "recorded"}``
+        (the text ``"place_order=refuse,*=recorded"`` says the same). Every kind that forks: a ToolSelf
+        stage, a CORAL team's message (each member answered from its own run; the message tools always run).
 
         The new run keeps the forked run's model (and step limit) unless ``model`` is given. Nothing
         is written when the fork cannot be made (:class:`~tea_notebook.runtime.forking.ForkError`
@@ -357,6 +386,7 @@ class Workspace:
             task=task,
             context=context,
             raise_on_error=raise_on_error,
+            replay=replay,
         )
 
     async def resume(
@@ -367,6 +397,8 @@ class Workspace:
         raise_on_error: bool = True,
         rerun_unknown: bool = False,
         wait: float | None = None,
+        replay: "str | dict[str, str] | None" = None,
+        force: bool = False,
     ) -> "RunResult":
         """Continue an ``interrupted`` run (stopped, or its kernel died) or one that ended in ``error``
         from its last finished step, with its recorded model and settings, as a new run linked to it.
@@ -374,7 +406,12 @@ class Workspace:
         returned are not run again. A call still running in this kernel (a synchronous tool the stop
         could not end) is waited for, up to ``wait`` seconds (30 by default), and its late result
         used; a call whose kernel died while it ran runs again only when its tool is idempotent or
-        ``rerun_unknown`` is set, else the resume is refused naming it. A run is resumed once."""
+        ``rerun_unknown`` is set, else the resume is refused naming it. A run is resumed once.
+        ``replay`` is a replay policy as for :meth:`fork`: it answers the calls of the stopped step that
+        had not returned and those of every later step (``recorded`` only where a result is stored).
+        The new run starts with the run folder as the stop left it; a folder changed since (by hand)
+        refuses the resume, naming what changed, unless ``force``: then it starts with the folder as it
+        is now and records what was changed by hand."""
         from tea_notebook.agents.forks import RESUME_WAIT, resume_run
 
         return await resume_run(
@@ -384,6 +421,55 @@ class Workspace:
             raise_on_error=raise_on_error,
             rerun_unknown=rerun_unknown,
             wait=RESUME_WAIT if wait is None else wait,
+            replay=replay,
+            force=force,
+        )
+
+    async def edit_effect(
+        self,
+        run_id: str,
+        step: int,
+        edit: Any,
+        *,
+        k: int = 8,
+        score: Any = None,
+        scorer: Any = None,
+        expected: Any = None,
+        level: float = 0.95,
+        interval: str = "t",
+        concurrency: int = 4,
+        replay: "str | dict[str, str] | None" = "live",
+        model: str | None = None,
+        progress: str | bool = True,
+        seed: int = 0,
+    ) -> "EditEffect":
+        """Did ``edit`` at ``step`` cause the outcome? Forks the step ``k`` times with the edit and ``k``
+        times without it (both arms sample again from there on), ``concurrency`` at a time, scores each
+        fork (its status: success = 1, else 0; or ``score(result) -> number``; or ``scorer=`` with
+        ``expected=``, an evaluation scorer) and returns an :class:`~tea_notebook.agents.edit_effect.EditEffect`:
+        the mean paired difference (epoch i with epoch i) with its interval at ``level`` (``interval="t"``:
+        Student-t; ``"bootstrap"``), McNemar's exact p for right/wrong scores, and each arm's run ids.
+        The forks' tools run ``live`` unless ``replay`` says otherwise (``"recorded"``: the arms differ
+        only by the edit and the model's sampling). ``k`` below 2, a run still running or an edit the
+        fork refuses raise before any fork is written."""
+        from tea_notebook.agents.edit_effect import edit_effect
+
+        return await edit_effect(
+            self,
+            run_id,
+            step,
+            edit,
+            k=k,
+            score=score,
+            scorer=scorer,
+            expected=expected,
+            level=level,
+            interval=interval,
+            concurrency=concurrency,
+            replay=replay,
+            model=model,
+            progress=progress,
+            seed=seed,
         )
 
     def branches(self, run_id: str) -> "Branches":

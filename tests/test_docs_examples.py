@@ -93,6 +93,14 @@ assert nb_ws.tools.invoke("convert_temperature", {"value": 30}).value == 86.0
 other.close()
 """,
     ],
+    "guide/evolution.md": [
+        """
+assert decision.status == "promoted" and decision.n == 6 and decision.ci_low > 0, decision
+assert [(n.version, n.status) for n in lineage.nodes["count_vowels"]] == [(1, "registered"), (2, "promoted")]
+assert lineage.unused == ["count_vowels"] and plan.applied and ws.tools.get("count_vowels").version == 1
+assert len(ws.tools.versions("count_vowels")) == 3
+""",
+    ],
     "guide/time-travel.md": [
         """
 assert (result.answer, result.steps) == ("28 tins", 4)
@@ -111,18 +119,33 @@ assert other.answer == "9 tins of black tea" and other.trajectory.stages[0]["sub
 assert (failed.status, resumed.status) == ("error", "success")
 assert ORDER_BOOK == [("black", 20), ("oolong", 20)]  # the resume placed no order twice
 assert ws.branches(failed.run_id).get(resumed.run_id).how == "resumed"
+assert found.trajectory.steps[1].actions[0]["observation"] == "green 14"  # the fork at step 1 found the sheet
+assert shredded.trajectory.steps[1].actions[0]["observation"] == "shredded" and "already resumed" in refusal
 assert comparison.diverges_at == 3 and comparison.summary()["answer"] == ("28 tins", "73 tins")
+assert forked.trajectory.divergence.text() == "step 4: different model input"
+assert hinted.trajectory.divergence.text() == "step 4: different arguments"
+assert recounted.trajectory.divergence.replay == "stock → 12 tins of black tea"
+assert ws.branches(result.run_id).get(recounted.run_id).departs == "step 2: different observation"
+assert comparison.departure.how == "observation"
 assert {b.run_id for b in family} >= {result.run_id, forked.run_id, detour.run_id, hinted.run_id}
 assert len(ws.runs(1000)) == runs_before  # the refused forks wrote nothing
+assert effect.k == 16 and len(set(effect.with_runs + effect.without_runs)) == 32
+assert abs(effect.difference - (effect.with_mean - effect.without_mean)) < 1e-12 and effect.mcnemar is not None
+assert effect.interval.low < effect.difference < effect.interval.high and effect.interval.df == 15
+assert all(ws.trajectory(r).edit["after"] == "the label says: oolong, 5 tins" for r in effect.with_runs)
 """,
     ],
     "guide/evaluation.md": [
         """
 headline = results.headline()
-assert headline.startswith("evaluation sample-demo: 5/5 done") and "0 correct (0.0%) · 0 errors" in headline, headline
+assert headline.startswith("evaluation sample-demo: 5/5 done") and "0 of 5 scored samples correct · 0 errors (scored wrong)" in headline, headline
 assert headline.endswith("model tea/demo (scripted, not an LLM)"), headline
 assert (more.skipped, len(more)) == (5, 8)
 assert list(table.index)[:2] == ["sample-01", "sample-02"]
+assert four.interval().df == 3 and round(four.interval().low, 3) == 0.111 and round(four.interval().high, 3) == 1.139
+assert round(paired_t_test(new, old).p_value, 3) == 0.011 and round(mcnemar(new, old).p_value, 3) == 0.062
+assert plan.tasks_needed(epochs=3) == 1026 and plan.pilot_epochs == 3
+assert more.reliability().clustered is None and "not estimable" in str(more.reliability())
 ws.close()
 """,
     ],

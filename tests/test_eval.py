@@ -233,7 +233,8 @@ def test_an_evaluation_scores_stores_and_shows_every_task(ws, solver, tmp_path):
     frame = results.to_pandas()
     assert list(frame.index) == ["g1", "g2", "g3", "g4", "g5"] and frame.loc["g3", "correct"] == False  # noqa: E712
     html = results._repr_html_()
-    assert html.count("<tr>") == 6 and "g5" in html and results["g5"].run_id in html
+    assert html.count("<tr>") == 1 and html.count("<tr data-run=") == 5  # the head, and a row per task opening its run
+    assert "g5" in html and f"<tr data-run='{results['g5'].run_id}'" in html
 
 
 def test_a_rerun_resumes_and_retries_errors_only_when_asked(ws, solver):

@@ -67,7 +67,8 @@ def test_epochs_give_a_mean_with_its_standard_error_pass_at_k_and_pass_hat_k(qui
     sd = math.sqrt((2 * 0.25 + 2 / 36) / 3)
     est = results.estimate()
     assert est.mean == pytest.approx(0.5) and est.n == 4 and est.stderr == pytest.approx(sd / 2)
-    assert est.ci95 == pytest.approx((0.5 - 1.959964 * sd / 2, 0.5 + 1.959964 * sd / 2), rel=1e-5)
+    t3 = 3.182446  # Student's t, 0.975 quantile, 3 df (4 tasks)
+    assert est.ci95 == pytest.approx((0.5 - t3 * sd / 2, 0.5 + t3 * sd / 2), rel=1e-5)
     assert results.pass_at(3) == pytest.approx(0.75)  # n == k: any of the 3 (t0, t1, t2)
     assert results.pass_hat(3) == pytest.approx(0.25)  # all 3: t0 only
     # pass@2 unbiased: t0 1, t1 1 - C(1,2)/C(3,2) = 1, t2 1 - C(2,2)/C(3,2) = 2/3, t3 0

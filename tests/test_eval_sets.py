@@ -76,7 +76,8 @@ def test_a_set_of_two_configurations_with_epochs_gives_intervals_and_a_paired_te
     means_a = [sum(x) / 2 for x in A]
     sd_a = math.sqrt(sum((m - 4 / 6) ** 2 for m in means_a) / 5)
     assert rows[la]["mean"] == pytest.approx(4 / 6) and rows[la]["stderr"] == pytest.approx(sd_a / math.sqrt(6))
-    assert rows[la]["ci95_low"] == pytest.approx(4 / 6 - 1.959964 * sd_a / math.sqrt(6), rel=1e-5)
+    t5 = 2.570582  # Student's t, 0.975 quantile, 5 df (6 tasks)
+    assert rows[la]["ci95_low"] == pytest.approx(4 / 6 - t5 * sd_a / math.sqrt(6), rel=1e-5)
     assert rows[lb]["mean"] == pytest.approx(1 / 6) and rows[la]["pass@k"] == pytest.approx(5 / 6)  # any of 2
     assert rows[lb]["pass^k"] == 0.0 and rows[la]["pass^k"] == pytest.approx(3 / 6) and rows[la]["samples"] == 12
     # the paired test against the exact bootstrap distribution over all 6^6 resamples
@@ -103,7 +104,9 @@ def test_a_set_of_two_configurations_with_epochs_gives_intervals_and_a_paired_te
     assert shown != ws.trajectory(s[la][("t2", 1)].run_id)._repr_mimebundle_()[0]
     text = s.text()
     assert f"{la}" in text and "0.67 ± " in text and "95% CI" in text and "k=2, 6 tasks" in text
-    assert s._repr_html_().count("<tr>") == 3
+    table, samples = s._repr_html_().split("<details class='tea-eval tea-eval-samples'>")
+    assert table.count("<tr>") == 3 and samples.count("<tr>") == 7  # a row per configuration; per task, its samples
+    assert samples.count("data-run=") == 24 and f"data-run='{s[la][('t2', 2)].run_id}'" in samples
     fig = s.plot()
     caps = fig.axes[0].lines  # the error bars' caps sit at the interval's ends
     tops = sorted(round(y, 6) for line in caps for y in line.get_ydata())

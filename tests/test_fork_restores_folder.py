@@ -9,6 +9,8 @@ os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
 
 from pathlib import Path  # noqa: E402
 
+import pytest  # noqa: E402
+
 from tea_notebook.models.offline import ScriptedModel, call  # noqa: E402
 
 
@@ -144,3 +146,99 @@ def test_a_fork_of_a_fork_finds_its_source_files(ws, tmp_path):
     again = fork_folder(ws, at3.name, 2)
     assert "a.txt" in names(again) and "b.txt" not in names(again)
     assert names(first) == {"b.txt", "link"}  # the source's own folder is left as it is
+
+
+def moved(ws, tmp_path, run_id: str, change=None):
+    """The run tree of ``run_id`` exported from ``ws`` (changed by ``change``) and a fresh workspace
+    to import it into."""
+    import tea_notebook
+
+    ws.events.flush()
+    tree = ws.db.export_run_tree(run_id)
+    if change is not None:
+        change(tree)
+    return tree, tea_notebook.Workspace(tmp_path / "elsewhere", embedder="hashing")
+
+
+def test_a_run_tree_imported_elsewhere_carries_its_folder_and_a_fork_there_restores_it(ws, tmp_path):
+    run = original(ws, tmp_path)
+    tree, other = moved(ws, tmp_path, run.run_id)
+    try:
+        assert tree["version"] == 2 and sorted(bytes(d) for _, d in tree["file_blobs"]) == [b"A", b"B"]
+        assert other.db.import_run_tree(tree) == 1
+        file_tools(other, tmp_path / "secret.txt")
+        other.agent("filer", model=ScriptedModel([]).name, tools=["put", "drop", "plant"])
+        at2 = fork_folder(other, run.run_id, 2)
+        assert (at2 / "a.txt").read_text() == "A" and not (at2 / "b.txt").exists()
+        at4 = fork_folder(other, run.run_id, 4)
+        assert (at4 / "b.txt").read_text() == "B" and not (at4 / "a.txt").exists()
+    finally:
+        other.close()
+
+
+def test_only_the_files_the_trees_steps_name_travel(ws, tmp_path):
+    original(ws, tmp_path)
+    ws.db.put_file_blobs({__import__("hashlib").sha256(b"other run").hexdigest(): b"other run"})
+    file_tools(ws, tmp_path / "unused")
+    second = ws.agent(
+        "one", model=ScriptedModel([call("put", name="c.txt", text="C"), call("done", success=True, text="ok")]).name
+    ).run_sync("one file")
+    tree, other = moved(ws, tmp_path, second.run_id)
+    other.close()
+    assert [bytes(d) for _, d in tree["file_blobs"]] == [b"C"]
+
+
+def test_a_tree_exported_before_files_travelled_still_imports(ws, tmp_path):
+    def as_version_1(tree):
+        del tree["version"], tree["file_blobs"]
+
+    run = original(ws, tmp_path)
+    tree, other = moved(ws, tmp_path, run.run_id, as_version_1)
+    try:
+        assert other.db.import_run_tree(tree) == 1 and other.trajectory(run.run_id).answer == "ok"
+        assert other.db._read("SELECT count(*) FROM file_blobs")[0][0] == 0
+    finally:
+        other.close()
+
+
+@pytest.mark.parametrize(
+    "damage, words",
+    [
+        (lambda t: t["file_blobs"].__setitem__(0, [t["file_blobs"][0][0], b"tampered"]), "is damaged: its content"),
+        (lambda t: t["file_blobs"].pop(), r"names 1 run-folder file\(s\) it does not carry"),
+        (lambda t: t.__setitem__("file_blobs", [["x", "not bytes"]]), r"file_blobs\[0\] of the run tree must be"),
+        (lambda t: t.__setitem__("version", 3), "exported by a newer tea_notebook"),
+        (lambda t: t.__setitem__("version", "2"), "version must be a whole number"),
+    ],
+)
+def test_a_damaged_or_incomplete_tree_is_refused_and_nothing_imported(ws, tmp_path, damage, words):
+    from tea_notebook.errors import WorkspaceError
+
+    run = original(ws, tmp_path)
+    tree, other = moved(ws, tmp_path, run.run_id, damage)
+    try:
+        with pytest.raises(WorkspaceError, match=words):
+            other.db.import_run_tree(tree)
+        counts = [other.db._read(f"SELECT count(*) FROM {t}")[0][0] for t in ("runs", "events", "file_blobs")]
+        assert counts == [0, 0, 0]
+    finally:
+        other.close()
+
+
+def test_a_run_imported_without_its_files_exports_again_saying_so(ws, tmp_path):
+    import tea_notebook
+
+    def as_version_1(tree):
+        del tree["version"], tree["file_blobs"], tree["missing_files"]
+
+    run = original(ws, tmp_path)
+    tree, middle = moved(ws, tmp_path, run.run_id, as_version_1)
+    last = tea_notebook.Workspace(tmp_path / "last", embedder="hashing")
+    try:
+        middle.db.import_run_tree(tree)
+        again = middle.db.export_run_tree(run.run_id)
+        assert again["file_blobs"] == [] and len(again["missing_files"]) == 2
+        assert last.db.import_run_tree(again) == 1  # what it says it lacks is no damage
+    finally:
+        middle.close()
+        last.close()

@@ -117,6 +117,11 @@ def test_the_time_travel_tutorial_shows_a_context_forks_and_a_resume():
     assert "73 tins (green 14, black 9, oolong 50)" in outputs  # the edited fork's answer
     assert "Stock report: 19 tins (green 14, black 0, oolong 5)" in outputs  # the parent of the sub-agent's fork
     assert "interrupted · stopped by the user" in outputs and "the model was asked at steps [1, 2, 3]" in outputs
+    # issue 28: a fork that restores files, a stop mid-call resumed once, a replay policy and its divergence report
+    assert "the fork's folder: ['count_sheet.txt']" in outputs and "the original's folder: []" in outputs
+    assert "orders.txt: ['20 tins of oolong']" in outputs and "was already resumed by run RESUMED" in outputs
+    assert 'replay="recorded"' in sources and "recorded fork  reproduced the original" in outputs
+    assert "edited fork    departs at step 4: different model input" in outputs
 
 
 @pytest.mark.slow

@@ -2,6 +2,17 @@
 // (through events.schema.json): do not edit; change the Python definitions and run the script.
 /* eslint-disable */
 
+/** A fork first departed from the run it was forked from (`source`): at `step` (a CORAL team's: the message number), `how`, with what the `original` and the `replay` did there, in words. */
+export interface DivergedEvent {
+  root_run?: string;
+  agent?: string;
+  source: string;
+  step: number;
+  how: "model input" | "action" | "arguments" | "observation" | "ended" | "message";
+  original: string;
+  replay: string;
+}
+
 /** The egress policy refused a destination a tool or environment of the run tried to reach. */
 export interface EgressRefusedEvent {
   root_run?: string;
@@ -46,6 +57,7 @@ export interface MessageEvent {
   mentions: string[];
   content: string;
   replayed: boolean;
+  elapsed?: number;
 }
 
 /** A model call is sent: how many messages, where its context is stored, its timeout and retries. */
@@ -60,6 +72,7 @@ export interface ModelRequestEvent {
   api_base: string | null;
   prompt_chars?: number;
   stage?: string;
+  input_hash?: string;
 }
 
 /** A model call came back: its text, the tool calls it asked for, tokens, cost and latency. */
@@ -97,6 +110,7 @@ export interface RunFinishedEvent {
   completion_tokens: number;
   cost: number;
   files: string[];
+  folder?: Record<string, string | null>;
 }
 
 /** The folded memory a fork starts from (`run_started.memory`). */
@@ -120,7 +134,11 @@ export interface RunStartedEvent {
   rerun_from?: number;
   resumed_from?: string;
   memory?: RunMemory;
+  recalled?: string[];
   fork_stage?: Record<string, unknown>;
+  replay?: Record<string, "recorded" | "live" | "refuse">;
+  folder?: Record<string, string | null>;
+  folder_by_hand?: Record<string, string[]>;
   coral?: boolean;
   members?: string[];
   budget_seconds?: number | null;
@@ -167,6 +185,20 @@ export interface StepEvent {
   replayed?: boolean;
   edited?: Record<string, unknown>;
   folder?: Record<string, string | null>;
+  folder_seal?: string;
+  context?: Record<string, unknown>;
+}
+
+/** A `diverged` event as the workspace stores it (its data: `DivergedEvent`). */
+export interface StoredDivergedEvent {
+  type: "diverged";
+  data: DivergedEvent;
+  id: string;
+  run_id: string;
+  parent_id: string | null;
+  step: number | null;
+  time: number;
+  seq: number;
 }
 
 /** A `egress_refused` event as the workspace stores it (its data: `EgressRefusedEvent`). */
@@ -393,7 +425,7 @@ export interface ToolCallData {
   arguments: unknown;
 }
 
-/** An action starts (`replayed`: a fork took its stored result instead of running it). */
+/** An action starts (`replayed`: a fork took its stored result instead of running it; `policy`: how the fork's replay policy answered it). */
 export interface ToolCallEvent {
   root_run?: string;
   agent?: string;
@@ -401,6 +433,7 @@ export interface ToolCallEvent {
   name: string;
   arguments: unknown;
   replayed?: boolean;
+  policy?: "recorded" | "live" | "refuse";
 }
 
 /** The tool manager registered a tool (version) it made. */
@@ -423,7 +456,7 @@ export interface ToolDiscardedEvent {
   first_pass: boolean | null;
 }
 
-/** An action returned (`returned`: what a tool stopped mid-run gave back on its own; `late`: how many seconds after the stop it did; `stop_state`: where the stop left a call that had not returned). */
+/** An action returned (`returned`: what a tool stopped mid-run gave back on its own; `late`: how many seconds after the stop it did; `stop_state`: where the stop left a call that had not returned; `policy`: how a fork's replay policy answered it). */
 export interface ToolResultEvent {
   root_run?: string;
   agent?: string;
@@ -437,6 +470,8 @@ export interface ToolResultEvent {
   returned?: string;
   late?: number;
   stop_state?: "running" | "stopped" | "not_started";
+  policy?: "recorded" | "live" | "refuse";
+  folder?: Record<string, string | null>;
 }
 
 /** The tool manager found an existing tool that does what was needed. */
@@ -447,8 +482,8 @@ export interface ToolReusedEvent {
 }
 
 /** The type of an event. */
-export type EventType = "run_started" | "model_request" | "model_response" | "step" | "tool_call" | "tool_result" | "memory_written" | "tool_created" | "tool_discarded" | "tool_reused" | "error" | "run_finished" | "stage" | "message" | "thread" | "egress_refused" | "notice";
-export const EVENT_TYPES: readonly EventType[] = ["run_started", "model_request", "model_response", "step", "tool_call", "tool_result", "memory_written", "tool_created", "tool_discarded", "tool_reused", "error", "run_finished", "stage", "message", "thread", "egress_refused", "notice"];
+export type EventType = "run_started" | "model_request" | "model_response" | "step" | "tool_call" | "tool_result" | "memory_written" | "tool_created" | "tool_discarded" | "tool_reused" | "error" | "run_finished" | "stage" | "message" | "thread" | "egress_refused" | "notice" | "diverged";
+export const EVENT_TYPES: readonly EventType[] = ["run_started", "model_request", "model_response", "step", "tool_call", "tool_result", "memory_written", "tool_created", "tool_discarded", "tool_reused", "error", "run_finished", "stage", "message", "thread", "egress_refused", "notice", "diverged"];
 
 /** How a run stands: `running` until it ends, then a `FinishedStatus`. */
 export type RunStatus = "running" | "success" | "failed" | "unverified" | "error" | "interrupted" | "max_steps";
@@ -471,7 +506,7 @@ export type ErrorKind = "model" | "model_output" | "tools_interrupted" | "citati
 export const ERROR_KINDS: readonly ErrorKind[] = ["model", "model_output", "tools_interrupted", "citation"];
 
 /** One event of the stream, as the workspace stores it and views receive it. */
-export type TeaEvent = StoredRunStartedEvent | StoredModelRequestEvent | StoredModelResponseEvent | StoredStepEvent | StoredToolCallEvent | StoredToolResultEvent | StoredMemoryWrittenEvent | StoredToolCreatedEvent | StoredToolDiscardedEvent | StoredToolReusedEvent | StoredErrorEvent | StoredRunFinishedEvent | StoredStageEvent | StoredMessageEvent | StoredThreadEvent | StoredEgressRefusedEvent | StoredNoticeEvent;
+export type TeaEvent = StoredRunStartedEvent | StoredModelRequestEvent | StoredModelResponseEvent | StoredStepEvent | StoredToolCallEvent | StoredToolResultEvent | StoredMemoryWrittenEvent | StoredToolCreatedEvent | StoredToolDiscardedEvent | StoredToolReusedEvent | StoredErrorEvent | StoredRunFinishedEvent | StoredStageEvent | StoredMessageEvent | StoredThreadEvent | StoredEgressRefusedEvent | StoredNoticeEvent | StoredDivergedEvent;
 
 /** The data of each event type. */
 export interface EventData {
@@ -492,4 +527,5 @@ export interface EventData {
   thread: ThreadEvent;
   egress_refused: EgressRefusedEvent;
   notice: NoticeEvent;
+  diverged: DivergedEvent;
 }

@@ -6,7 +6,8 @@
  * No DOM and no JupyterLab: unit-tested with node's test runner (timetravel.ts draws the buttons).
  */
 
-import { IAction, IMessage, IRunMeta, ITrajectory, argsText, runAt } from './model';
+import { DivergedEvent } from './events';
+import { IAction, IDivergence, IMessage, IRunMeta, ITrajectory, argsText, runAt } from './model';
 
 /** A run's id and its sub-runs' ids, nested like the payload's `children` (the bundle's metadata `runs`). */
 export interface IRunIds {
@@ -38,6 +39,8 @@ export interface IContextPart {
   text: string;
   /** the kernel cut the text (its size is still `chars`) */
   clipped?: boolean;
+  /** its first line worth reading, without markup ("step 2: [work] {"n": 2} -> result 2") */
+  summary?: string;
 }
 
 /** What the model saw at a step, as the kernel's `context` reply carries it. */
@@ -109,13 +112,52 @@ export function messageNumber(traj: ITrajectory, seq: number): number {
 /** Where a fork starts: a step (or a CORAL message number) or a ToolSelf stage. */
 export type ForkAt = { step: number } | { stage: number };
 
-/** The `%tea fork` line of a Fork button; with `edit`, the one that prefills a cell to edit instead. */
-export function forkLine(run: string, at: ForkAt, edit = false): string {
+/** How a fork answers the tool calls it makes again: the choice the Fork buttons offer (`ws.fork(replay=...)`). */
+export type ReplayChoice = 'live' | 'recorded';
+
+/** The replay choices with their one-line explanations, today's default first. */
+export const REPLAY_CHOICES: readonly { value: ReplayChoice; label: string; explain: string }[] = [
+  {
+    value: 'live',
+    label: 'live tools',
+    explain: "the tools run again, against today's world (the default): their side effects happen again"
+  },
+  {
+    value: 'recorded',
+    label: 'recorded tools',
+    explain: "each tool call is answered from this run's stored result: no tool runs again (nor one it never made)"
+  }
+];
+
+/** The `%tea fork` line of a Fork button (`replay`: 'recorded' adds `--replay recorded`; live is the
+ * default and adds nothing); with `edit`, the one that prefills a cell to edit instead. */
+export function forkLine(run: string, at: ForkAt, edit = false, replay: ReplayChoice = 'live'): string {
   if (!isRunId(run)) {
     throw new Error(`not a run id: ${run}`);
   }
   const where = 'stage' in at ? `--stage ${Math.floor(at.stage)}` : `--step ${Math.floor(at.step)}`;
-  return `%tea fork ${run} ${where}${edit ? ' --edit' : ''}`;
+  const policy = replay === 'recorded' && !edit ? ' --replay recorded' : '';
+  return `%tea fork ${run} ${where}${edit ? ' --edit' : ''}${policy}`;
+}
+
+/** Each way a fork departs, in words (the kernel's `divergence.WORDS`). */
+const DEPARTURE_WORDS: Record<DivergedEvent['how'], string> = {
+  'model input': 'different model input',
+  action: 'different action',
+  arguments: 'different arguments',
+  observation: 'different observation',
+  ended: 'ended differently',
+  message: 'different message'
+};
+
+/** How a fork compares with its original, in a line: "departs from RUN at step 4: different model
+ * input", or while it has not departed "reproduces RUN so far" (`live`) / "reproduced RUN". */
+export function departureText(d: IDivergence, live: boolean): string {
+  if (d.step === undefined) {
+    return live ? `reproduces ${d.source} so far` : `reproduced ${d.source}`;
+  }
+  const how = d.how ? DEPARTURE_WORDS[d.how] ?? d.how : 'departed';
+  return `departs from ${d.source} at ${d.unit} ${d.step}: ${how}`;
 }
 
 /** The `%tea context` line of a step (what the context button shows, as a cell would). */
@@ -227,7 +269,8 @@ export function parseContextReply(reply: unknown): { ok: true; context: IStepCon
       chars: num(q.chars) ?? text(q.text).length,
       changed: q.changed === true,
       text: text(q.text),
-      clipped: q.clipped === true
+      clipped: q.clipped === true,
+      summary: typeof q.summary === 'string' ? q.summary : undefined
     };
   });
   const sizes: Record<string, number> = {};
@@ -263,4 +306,102 @@ export function contextShares(ctx: IStepContext): { kind: string; chars: number;
   return Object.entries(ctx.sizes)
     .map(([kind, chars]) => ({ kind, chars, share: chars / total }))
     .sort((a, b) => b.chars - a.chars);
+}
+
+/** One value "edit and fork" offers to edit (the kernel's `edit_targets` reply): an action's
+ * observation, the step's actions, a CORAL message or one field of a ToolSelf stage. */
+export interface IEditTarget {
+  kind: string;
+  label: string;
+  value: unknown;
+  /** 'text': edited as it is; 'json': edited as JSON (the actions, a stage's toolbox) */
+  format: 'text' | 'json';
+  action?: number;
+  field?: string;
+}
+
+/** An `edit_targets` reply checked: the targets, or an error message. */
+export function parseEditTargets(reply: unknown): { ok: true; targets: IEditTarget[] } | { ok: false; error: string } {
+  const o = (reply ?? {}) as Record<string, unknown>;
+  if (o.type === 'error') {
+    return { ok: false, error: text(o.message) || 'the kernel offers nothing to edit here' };
+  }
+  if (o.type !== 'edit_targets' || !Array.isArray(o.targets) || !o.targets.length) {
+    return { ok: false, error: 'the kernel sent nothing to edit' };
+  }
+  const targets = (o.targets as unknown[]).map(t => {
+    const q = (t ?? {}) as Record<string, unknown>;
+    const target: IEditTarget = {
+      kind: text(q.kind),
+      label: text(q.label) || text(q.kind),
+      value: q.value,
+      format: q.format === 'json' ? 'json' : 'text'
+    };
+    if (num(q.action) !== undefined) {
+      target.action = num(q.action);
+    }
+    if (typeof q.field === 'string' && q.field) {
+      target.field = q.field;
+    }
+    return target;
+  });
+  return { ok: true, targets };
+}
+
+/** The text a target's value is edited as (JSON for 'json' targets, indented). */
+export function targetText(target: IEditTarget): string {
+  return target.format === 'json' ? JSON.stringify(target.value ?? null, null, 2) : text(target.value);
+}
+
+/** What a person typed for a target, as the value the fork gets: the text itself, or its JSON read
+ * back (an error saying where the JSON is wrong). */
+export function editedValue(
+  target: IEditTarget,
+  typed: string
+): { ok: true; value: unknown } | { ok: false; error: string } {
+  if (target.format === 'text') {
+    return { ok: true, value: typed };
+  }
+  try {
+    return { ok: true, value: JSON.parse(typed) };
+  } catch (e) {
+    return { ok: false, error: `${target.label} is edited as JSON: ${(e as Error).message}` };
+  }
+}
+
+/** The kernel request for the one cell that forks `run` at `at` with `value` as the edit of `target`
+ * (`replay`: how its tools answer, written into the cell's `ws.fork(..., replay=...)`; none for a fork
+ * that takes no policy, a CORAL message's or a ToolSelf stage's). */
+export function forkCellRequest(
+  run: string,
+  at: ForkAt,
+  target: IEditTarget,
+  value: unknown,
+  replay?: ReplayChoice
+): Record<string, unknown> {
+  if (!isRunId(run)) {
+    throw new Error(`not a run id: ${run}`);
+  }
+  return {
+    request: 'fork_cell',
+    run,
+    ...('stage' in at ? { stage: Math.floor(at.stage) } : { step: Math.floor(at.step) }),
+    kind: target.kind,
+    ...(target.action !== undefined ? { action: target.action } : {}),
+    ...(target.field ? { field: target.field } : {}),
+    value,
+    ...(replay ? { replay } : {})
+  };
+}
+
+/** A `fork_cell` reply checked: the cell's code, or an error message. */
+export function parseForkCell(reply: unknown): { ok: true; code: string } | { ok: false; error: string } {
+  const o = (reply ?? {}) as Record<string, unknown>;
+  if (o.type === 'error') {
+    return { ok: false, error: text(o.message) || 'the kernel refused this edit' };
+  }
+  if (o.type !== 'fork_cell' || typeof o.code !== 'string' || !o.code) {
+    return { ok: false, error: 'the kernel sent no fork cell' };
+  }
+  return { ok: true, code: o.code };
 }

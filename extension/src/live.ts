@@ -39,7 +39,9 @@ const HEADER: (keyof ITrajectory)[] = [
   'files',
   'todo',
   'forked_from',
-  'note'
+  'note',
+  'stop_reason',
+  'divergence'
 ];
 
 function upsert<T>(into: T[], items: T[], key: (x: T) => unknown): void {
@@ -212,9 +214,18 @@ export function wholePayload(traj: ITrajectory): { data: Record<string, unknown>
     latency.children!.push(sub.latency);
   }
   const data: Record<string, unknown> = { ...traj, children };
+  const now = Date.now();
   data.steps = traj.steps.map(s => {
     const { latency: _l, tool_time: _t, ...rest } = s; // eslint-disable-line @typescript-eslint/no-unused-vars
-    return rest;
+    if (!rest.actions.some(a => a.running_since !== undefined)) {
+      return rest;
+    }
+    // a call still running keeps how long it had run (the page's clock is no use to a later reader)
+    const actions = rest.actions.map(a => {
+      const { running_since: since, ...kept } = a;
+      return since === undefined ? kept : { ...kept, running_for: Math.round((now - since) / 100) / 10 };
+    });
+    return { ...rest, actions };
   });
   for (const key of ['partial', 'index', 'incomplete']) {
     delete data[key];

@@ -6,7 +6,9 @@
  * Pure functions, no DOM and no JupyterLab: unit-tested with node's test runner.
  */
 
+import { IEvalSample, parseEvaluation } from './evalsample';
 import {
+  DivergedEvent,
   FORK_UNITS,
   ForkUnit,
   MessageEvent,
@@ -25,6 +27,10 @@ export interface IAction {
   arguments: unknown;
   ok?: boolean | null;
   observation?: string;
+  /** a live run's call that has not returned: seconds it had run when the update was made */
+  running_for?: number;
+  /** when that call started, on this page's clock (ms since the epoch): the view counts on from it */
+  running_since?: number;
 }
 
 export interface IStep {
@@ -69,6 +75,16 @@ export interface IMessage extends Pick<MessageEvent, 'seq' | 'thread' | 'sender'
   forkable?: boolean;
 }
 
+/**
+ * A fork's comparison with the run it was forked from (the payload's `divergence`): `source` alone while
+ * it reproduces that run; with `step`, `how`, `original` and `replay` from its `diverged` event once it
+ * first departed. `unit` is what `step` counts ('step', or a CORAL team's 'message').
+ */
+export interface IDivergence extends Partial<Pick<DivergedEvent, 'step' | 'how' | 'original' | 'replay'>> {
+  source: string;
+  unit: string;
+}
+
 export interface ITrajectory {
   version: number;
   agent: string;
@@ -103,6 +119,12 @@ export interface ITrajectory {
   fork_point?: string;
   /** a line the live view says beside the header while it matters (litellm's first import) */
   note?: string;
+  /** why an interrupted run stopped ("stopped by the user", "interrupted: the kernel restarted") */
+  stop_reason?: string;
+  /** what an evaluation made of this run when it was one of its samples (evalsample.ts), else null */
+  evaluation?: IEvalSample | null;
+  /** a fork's comparison with its original (where it first departed, or that it reproduces it), or null */
+  divergence?: IDivergence | null;
   /** a live update that carries only what changed (live.ts merges it into what the view holds) */
   partial?: boolean;
   /** in a partial update: this sub-run's place among its parent's children */
@@ -191,12 +213,17 @@ function parseStep(v: unknown, where: string): IStep {
     note: str(o.note),
     actions: list(o.actions, `${where}.actions`).map((a, i) => {
       const ao = obj(a, `${where}.actions[${i}]`);
-      return {
+      const action: IAction = {
         name: str(ao.name),
         arguments: ao.arguments,
         ok: ao.ok === undefined ? null : (ao.ok as boolean | null),
         observation: str(ao.observation)
       };
+      if (typeof ao.running_for === 'number' && isFinite(ao.running_for) && ao.running_for >= 0) {
+        action.running_for = ao.running_for;
+        action.running_since = Date.now() - ao.running_for * 1000;
+      }
+      return action;
     })
   };
 }
@@ -278,9 +305,28 @@ function parseTraj(v: unknown, where: string, depth: number): ITrajectory {
     resumed: o.resumed === true,
     fork_point: str(o.fork_point),
     note: str(o.note),
+    stop_reason: str(o.stop_reason),
+    evaluation: parseEvaluation(o.evaluation),
+    divergence: parseDivergence(o.divergence),
     partial: o.partial === true,
     index: typeof o.index === 'number' && o.index >= 0 ? Math.floor(o.index) : undefined
   };
+}
+
+/** The payload's `divergence` checked (null when absent or not one: the view then says nothing). */
+export function parseDivergence(v: unknown): IDivergence | null {
+  const o = record(v);
+  if (!o || typeof o.source !== 'string' || !o.source) {
+    return null;
+  }
+  const out: IDivergence = { source: o.source, unit: o.unit === 'message' ? 'message' : 'step' };
+  if (typeof o.step === 'number' && isFinite(o.step)) {
+    out.step = o.step;
+    out.how = str(o.how) as DivergedEvent['how']; // a kind this release does not know is shown as it is
+    out.original = str(o.original);
+    out.replay = str(o.replay);
+  }
+  return out;
 }
 
 /** Validate a payload; on failure the error says where, and `raw` is the JSON to show (as text). */
@@ -826,4 +872,48 @@ export function forkCommand(runId: string, step: number): string {
     throw new Error(`not a run id: ${runId}`);
   }
   return `%tea fork ${runId} --step ${Math.floor(step)}`;
+}
+
+/** A tool call of a live run that has not returned, as the in-progress card shows it. */
+export interface IRunningCall {
+  /** the sub-agent that made it ('' for the run itself) */
+  agent: string;
+  step: number;
+  name: string;
+  /** seconds it has run, at `now` */
+  seconds: number;
+}
+
+/** The calls of a live run (and its sub-runs) still running at `now` (ms since the epoch), longest first. */
+export function runningCalls(traj: ITrajectory, now: number): IRunningCall[] {
+  const out: IRunningCall[] = [];
+  const collect = (t: ITrajectory, agent: string): void => {
+    for (const s of t.steps) {
+      for (const a of s.actions) {
+        if (a.running_since !== undefined && (a.ok === null || a.ok === undefined)) {
+          out.push({ agent, step: s.number, name: a.name, seconds: Math.max(0, (now - a.running_since) / 1000) });
+        }
+      }
+    }
+    for (const c of t.children) {
+      if (c.status === 'running' || c.status === 'unknown') {
+        collect(c, c.agent); // a sub-run that ended runs nothing
+      }
+    }
+  };
+  if (traj.live) {
+    collect(traj, '');
+  }
+  return out.sort((a, b) => b.seconds - a.seconds);
+}
+
+/** One running call in words: "step 1: very_slow running 3 s…" ("helper's step 2: …" for a sub-agent's). */
+export function runningText(call: IRunningCall): string {
+  const who = call.agent ? `${call.agent}'s ` : '';
+  return `${who}step ${call.step}: ${call.name} running ${Math.floor(call.seconds)} s…`;
+}
+
+/** The magic that goes on with an interrupted run. */
+export function resumeCommand(runId: string): string {
+  return `%tea resume ${runId}`;
 }

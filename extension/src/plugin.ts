@@ -13,10 +13,11 @@ import { INotebookTracker } from '@jupyterlab/notebook';
 import { LabIcon } from '@jupyterlab/ui-components';
 import { Widget } from '@lumino/widgets';
 
-import { setTracker } from './context';
-import { IRunMeta } from './model';
-import { TeaSidebar } from './sidebar';
-import { TrajectoryView } from './view';
+import { bindNotebook, insertCellBelow, setTracker } from './context';
+import { IRunMeta, forkCommand } from './model';
+import { watchLiveRuns } from './orphans';
+import { OpenTrajectory, TeaSidebar, openRunLinks } from './sidebar';
+import { IViewHost, TrajectoryView } from './view';
 
 const ICON = new LabIcon({
   name: 'tea-notebook:icon',
@@ -33,6 +34,7 @@ const tracking: JupyterFrontEndPlugin<void> = {
   requires: [INotebookTracker],
   activate: (app: JupyterFrontEnd, tracker: INotebookTracker) => {
     setTracker(tracker, app);
+    watchLiveRuns(tracker); // a page reloaded mid-run puts a live view back in its cell
   }
 };
 
@@ -42,13 +44,20 @@ const sidebar: JupyterFrontEndPlugin<void> = {
   autoStart: true,
   requires: [INotebookTracker, ILabShell],
   activate: (app: JupyterFrontEnd, tracker: INotebookTracker, shell: ILabShell) => {
-    const open = (run: string, data: unknown, metadata: Record<string, unknown>): void => {
+    const open: OpenTrajectory = (run, data, metadata, notebook) => {
       const content = new Widget();
       content.addClass('jp-TeaTrajectory');
       content.addClass('jp-TeaTrajectoryPanel');
-      const view = new TrajectoryView({});
-      content.node.append(view.node);
       const meta = (metadata['application/vnd.tea.trajectory+json'] ?? {}) as IRunMeta;
+      // tied to the notebook it came from: context, Fork and "edit and fork" use its kernel and cells
+      const host: IViewHost = notebook
+        ? { fork: (step: number) => void insertCellBelow(content.node, forkCommand(run, step), true) }
+        : {};
+      const view = new TrajectoryView(host);
+      content.node.append(view.node);
+      if (notebook) {
+        bindNotebook(content.node, notebook);
+      }
       view.update(data, meta);
       const panel = new MainAreaWidget({ content });
       panel.id = `tea-run-${run}`;
@@ -60,6 +69,7 @@ const sidebar: JupyterFrontEndPlugin<void> = {
       requestAnimationFrame(() => view.relayout());
     };
     const widget = new TeaSidebar(tracker, open);
+    openRunLinks(open); // a branches table's rows, an evaluation table's run ids
     widget.title.icon = ICON;
     shell.add(widget, 'left', { rank: 600 });
   }

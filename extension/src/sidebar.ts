@@ -3,14 +3,26 @@
  * searchable, each item expandable (schema, versions, usage, provenance). It talks to the kernel
  * through the comm target `tea_notebook.sidebar` that `%load_ext tea_notebook` registers; the kernel
  * pushes a fresh state after every cell that changed the workspace (so when a run ends).
+ *
+ * A run opens in the main area from the sidebar's Runs section, and from a row of a run's branches
+ * table (`%tea branches RUN`, `ws.branches(run)`) or a run id of an evaluation's table (each carries
+ * `data-run`): the view is tied to the notebook it came from, so its "context", Fork and "edit and
+ * fork" buttons ask that notebook's kernel and put their cells in it.
+ *
+ * The Evolution section (lineage.ts) shows the evolution lineage: asked for when it is opened and
+ * again after each state push, one page at a time.
  */
 
+import { Notification } from '@jupyterlab/apputils';
 import type { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
 import type { Kernel, KernelMessage } from '@jupyterlab/services';
 import { Widget } from '@lumino/widgets';
 
+import { askKernel, panelFor } from './context';
 import { Detail, describeDetail, label } from './details';
 import { el, highlighted } from './dom';
+import { isRunId } from './forks';
+import { LineageSection } from './lineage';
 
 export const COMM_TARGET = 'tea_notebook.sidebar';
 
@@ -37,7 +49,43 @@ const SECTIONS: [string, string][] = [
   ['memory', 'Memory']
 ];
 
-export type OpenTrajectory = (run: string, data: unknown, metadata: Record<string, unknown>) => void;
+/** Open a run's trajectory in the main area, tied to `notebook` (whose kernel sent it). */
+export type OpenTrajectory = (
+  run: string,
+  data: unknown,
+  metadata: Record<string, unknown>,
+  notebook: NotebookPanel | null
+) => void;
+
+/** The elements of a notebook's outputs that open a run when clicked: a branches table's rows,
+ * an evaluation table's run ids and a lineage's runs (tea_notebook.runtime.branches,
+ * tea_notebook.eval.table, tea_notebook.evolve.lineage). */
+export const RUN_LINKS = '.tea-branches [data-run], .tea-eval [data-run], .tea-lineage [data-run]';
+
+/**
+ * Open the run of a clicked run link (`RUN_LINKS`) in the main area: ask the kernel of the notebook
+ * holding the link for its trajectory. Returns a function that stops listening.
+ */
+export function openRunLinks(open: OpenTrajectory): () => void {
+  const onClick = (ev: MouseEvent): void => {
+    const link = (ev.target as Element | null)?.closest?.(RUN_LINKS) as HTMLElement | null;
+    const run = link?.getAttribute('data-run');
+    const panel = link ? panelFor(link) : null;
+    if (!link || !panel || !isRunId(run)) {
+      return;
+    }
+    ev.preventDefault();
+    void askKernel(link, { request: 'trajectory', run }, ['trajectory']).then(reply => {
+      if (reply.type === 'trajectory') {
+        open(String(reply.run), reply.data, (reply.metadata ?? {}) as Record<string, unknown>, panel);
+      } else {
+        Notification.error(`cannot open run ${run}: ${String(reply.message ?? 'no answer')}`, { autoClose: 8000 });
+      }
+    });
+  };
+  document.addEventListener('click', onClick);
+  return () => document.removeEventListener('click', onClick);
+}
 
 export class TeaSidebar extends Widget {
   constructor(tracker: INotebookTracker, open: OpenTrajectory) {
@@ -57,6 +105,10 @@ export class TeaSidebar extends Widget {
     const top = el('div', 'tea-sb-top');
     top.append(el('b', '', 'TEA'), this.search, refresh);
     this.body = el('div', 'tea-sb-body');
+    this.lineage = new LineageSection({
+      send: data => this.request(data),
+      openRun: run => this.request({ request: 'trajectory', run })
+    });
     this.node.append(top, this.statusNode, this.body);
     tracker.currentChanged.connect((_, panel) => this.follow(panel), this);
     this.follow(tracker.currentWidget);
@@ -149,9 +201,9 @@ export class TeaSidebar extends Widget {
     }
   }
 
-  private request(data: Record<string, string>): void {
+  private request(data: Record<string, unknown>): void {
     if (this.comm && !this.comm.isDisposed) {
-      this.comm.send(data);
+      this.comm.send(data as Parameters<Kernel.IComm['send']>[0]);
     } else {
       this.connect();
     }
@@ -162,8 +214,11 @@ export class TeaSidebar extends Widget {
       this._state = data.state as IWorkspaceState;
       this.showStatus(`workspace ${this._state.workspace}`);
       this.render();
+      this.lineage.refresh(true);
     } else if (data.type === 'trajectory') {
-      this.open(String(data.run), data.data, (data.metadata ?? {}) as Record<string, unknown>);
+      this.open(String(data.run), data.data, (data.metadata ?? {}) as Record<string, unknown>, this.panel);
+    } else if (this.lineage.receive(data)) {
+      // the Evolution section's reply (or its error, shown in the section)
     } else if (data.type === 'error') {
       this.showStatus(String(data.message));
     }
@@ -199,6 +254,7 @@ export class TeaSidebar extends Widget {
       }
       this.body.append(section);
     }
+    this.body.append(this.lineage.node);
   }
 
   private item(section: string, it: IItem): HTMLElement {
@@ -248,6 +304,7 @@ export class TeaSidebar extends Widget {
   }
 
   private open: OpenTrajectory;
+  private lineage: LineageSection;
   private panel: NotebookPanel | null = null;
   private kernel: Kernel.IKernelConnection | null = null;
   private comm: Kernel.IComm | null = null;

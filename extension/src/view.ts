@@ -10,8 +10,9 @@
  */
 
 import { el } from './dom';
+import { sampleHeader } from './evalsample';
 import { lineageText } from './forks';
-import { editHeader } from './timetravel';
+import { departureLine, editHeader, replayPicker, takesReplay } from './timetravel';
 import { IRowContext, VIEWS, ViewName } from './views';
 import {
   IFilter,
@@ -27,7 +28,10 @@ import {
   isEmpty,
   offsets,
   parsePayload,
+  resumeCommand,
   runAt,
+  runningCalls,
+  runningText,
   stepTokens,
   stepsLabel,
   toolsOf,
@@ -93,6 +97,7 @@ export class TrajectoryView {
       this.build();
     }
     this.renderHeader();
+    this.renderRunning();
     this.renderChart();
     this.renderToolbar();
     this.recomputeRows();
@@ -112,6 +117,16 @@ export class TrajectoryView {
     if (this.traj) {
       this.renderHeader();
     }
+  }
+
+  /**
+   * Say how this view follows its live run, beside the header (null: nothing to say). The host calls
+   * it when it re-attaches after a page reload, or when live updates cannot reach this view; `warn`
+   * marks the latter.
+   */
+  setLiveNotice(notice: { text: string; warn?: boolean } | null): void {
+    this.liveNotice = notice;
+    this.refreshHeader();
   }
 
   /** Scroll to a step of the root run (or of any run when none of the root matches), expand it. */
@@ -149,6 +164,8 @@ export class TrajectoryView {
   }
 
   dispose(): void {
+    window.clearInterval(this.runningTimer);
+    this.runningTimer = 0;
     this.node.textContent = '';
     this.built = false;
   }
@@ -157,7 +174,11 @@ export class TrajectoryView {
   private build(): void {
     this.node.textContent = '';
     this.headerNode = el('div', 'tea-head');
+    this.departureNode = el('div', 'tea-departure-slot');
     this.taskNode = el('div', 'tea-task');
+    this.runningNode = el('div', 'tea-running');
+    this.runningNode.setAttribute('data-tea', 'running');
+    this.runningNode.hidden = true;
     this.chartNode = el('div', 'tea-chart');
     this.toolbarNode = el('div', 'tea-toolbar');
     this.list = el('div', 'tea-list');
@@ -169,7 +190,9 @@ export class TrajectoryView {
     this.footerNode = el('div', 'tea-foot');
     this.node.append(
       this.headerNode,
+      this.departureNode,
       this.taskNode,
+      this.runningNode,
       this.chartNode,
       this.toolbarNode,
       this.list,
@@ -204,6 +227,9 @@ export class TrajectoryView {
       tokensNode(t.prompt_tokens + t.completion_tokens, t.tokens_estimated === true),
       el('span', '', fmtCost(t.cost))
     );
+    if (t.evaluation) {
+      h.append(sampleHeader(t.evaluation, badge)); // the scorer's verdict beside the agent's status (evalsample.ts)
+    }
     const parent = t.forked_from || this.meta.forked_from;
     if (parent) {
       const link = el('span', 'tea-fork-link', lineageText(parent, t, this.meta.fork_step));
@@ -225,6 +251,22 @@ export class TrajectoryView {
       note.setAttribute('data-tea', 'incomplete');
       h.append(note);
     }
+    const run = this.meta.run_id;
+    if (!t.live && t.status === 'interrupted' && t.stop_reason) {
+      // why it stopped, and the command that goes on with it
+      const reason = el('span', 'tea-stop-reason', t.stop_reason);
+      reason.setAttribute('data-tea', 'stop-reason');
+      if (run) {
+        reason.append(' — ', el('code', 'tea-resume', resumeCommand(run)));
+      }
+      h.append(reason);
+    }
+    if (t.live && this.liveNotice) {
+      const notice = el('span', this.liveNotice.warn ? 'tea-live-notice tea-warn' : 'tea-live-notice tea-muted');
+      notice.textContent = this.liveNotice.text;
+      notice.setAttribute('data-tea', 'live-notice');
+      h.append(notice);
+    }
     if (t.live && this.host.stop && this.host.canStop?.()) {
       const stop = el('button', 'tea-stop-btn', 'Stop');
       stop.title = 'Stop the run (interrupts the kernel)';
@@ -242,6 +284,47 @@ export class TrajectoryView {
     }
     this.taskNode.textContent = '';
     this.taskNode.append(el('span', 'tea-muted', 'task: '), document.createTextNode(t.task));
+    this.renderDeparture();
+  }
+
+  /** Under the header of a fork: where it first departs from its original, or that it reproduces it
+   * (timetravel.ts `departureLine`); live as soon as the kernel says so. */
+  private renderDeparture(): void {
+    const line = departureLine(this.traj!, this.departureOpen, open => {
+      this.departureOpen = open;
+    });
+    this.departureNode.replaceChildren(...(line ? [line] : []));
+    this.departureNode.hidden = !line;
+  }
+
+  /**
+   * The in-progress card: the tool calls of the live run that have not returned, with their seconds
+   * counted here (the kernel sends a call once, with how long it had run; no update per second).
+   */
+  private renderRunning(): void {
+    const calls = this.traj ? runningCalls(this.traj, Date.now()) : [];
+    const node = this.runningNode;
+    if (!calls.length) {
+      node.hidden = true;
+      node.textContent = '';
+      window.clearInterval(this.runningTimer);
+      this.runningTimer = 0;
+      return;
+    }
+    node.hidden = false;
+    node.textContent = '';
+    node.append(el('span', 'tea-running-dot', '●'));
+    for (const call of calls.slice(0, 3)) {
+      const line = el('span', 'tea-running-call', runningText(call));
+      line.setAttribute('data-tool', call.name);
+      node.append(line);
+    }
+    if (calls.length > 3) {
+      node.append(el('span', 'tea-muted', `+${calls.length - 3} more`));
+    }
+    if (!this.runningTimer) {
+      this.runningTimer = window.setInterval(() => this.renderRunning(), 1000);
+    }
   }
 
   private renderChart(): void {
@@ -296,7 +379,8 @@ export class TrajectoryView {
     const views = viewsOf(t);
     const agents = agentsOf(t);
     const tools = toolsOf(t);
-    const signature = JSON.stringify([views, agents, tools]);
+    const replay = Boolean(this.host.fork) && takesReplay(t);
+    const signature = JSON.stringify([views, agents, tools, replay]);
     if (signature === this.toolbarSignature) {
       this.syncToolbar();
       return;
@@ -352,6 +436,10 @@ export class TrajectoryView {
     });
     this.countNode = el('span', 'tea-muted tea-count');
     bar.append(this.search, jump, this.countNode);
+    if (replay) {
+      // how the steps' Fork buttons answer the tools (redrawn: their titles say it)
+      bar.append(replayPicker(this.expanded, () => this.renderList(true)));
+    }
     this.syncToolbar();
   }
 
@@ -559,6 +647,11 @@ export class TrajectoryView {
   private toolbarSignature = '';
   private headerNode!: HTMLElement;
   private taskNode!: HTMLElement;
+  private runningNode!: HTMLElement;
+  private runningTimer = 0;
+  private liveNotice: { text: string; warn?: boolean } | null = null;
+  private departureNode!: HTMLElement;
+  private departureOpen = false;
   private chartNode!: HTMLElement;
   private toolbarNode!: HTMLElement;
   private footerNode!: HTMLElement;

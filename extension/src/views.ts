@@ -23,7 +23,15 @@ import {
   workOf
 } from './model';
 import { el, highlighted } from './dom';
-import { contextPanel, editChips, editedDetail, messageButtons, stageButtons, stepButtons } from './timetravel';
+import {
+  contextPanel,
+  editChips,
+  editPanel,
+  editedDetail,
+  messageButtons,
+  stageButtons,
+  stepButtons
+} from './timetravel';
 import type { IViewHost } from './view';
 
 export type ViewName = 'steps' | 'stages' | 'threads';
@@ -143,6 +151,10 @@ function stepCard(row: Extract<Row, { kind: 'step' }>, ctx: IRowContext): HTMLEl
   if (open) {
     card.append(stepBody(row, ctx));
   }
+  const edit = editPanel(row.key, ctx); // "edit and fork" (timetravel.ts)
+  if (edit) {
+    card.append(edit);
+  }
   const context = contextPanel(row, ctx);
   if (context) {
     card.append(context);
@@ -228,7 +240,7 @@ function stageHeader(row: Extract<Row, { kind: 'stage' }>, ctx: IRowContext): HT
     el('b', '', `stage ${st.index}`),
     el('span', 'tea-gist', st.sub_goal),
     el('span', 'tea-muted', `${row.count} steps`),
-    ...stageButtons(st, ctx)
+    ...stageButtons(st, row.key, ctx)
   );
   head.addEventListener('click', () => ctx.toggle(row.key, ctx.collapsed));
   const tools = el('div', 'tea-toolbox');
@@ -236,7 +248,12 @@ function stageHeader(row: Extract<Row, { kind: 'stage' }>, ctx: IRowContext): HT
   for (const t of st.toolbox) {
     tools.append(el('span', 'tea-chip tea-tool', t));
   }
-  box.append(head, tools);
+  box.append(head);
+  const edit = editPanel(row.key, ctx);
+  if (edit) {
+    box.append(edit);
+  }
+  box.append(tools);
   for (const [label, value] of [
     ['why', st.reason],
     ['strategy', st.strategy],
@@ -283,9 +300,14 @@ function messageCard(row: Extract<Row, { kind: 'message' }>, ctx: IRowContext): 
   head.append(
     el('b', '', m.sender),
     el('span', 'tea-muted', ` → ${m.mentions.map(x => `@${x}`).join(', ')}`),
-    ...messageButtons(m, ctx)
+    ...messageButtons(m, row.key, ctx)
   );
-  card.append(head, el('div', 'tea-msg-text', m.content));
+  card.append(head);
+  const edit = editPanel(row.key, ctx);
+  if (edit) {
+    card.append(edit);
+  }
+  card.append(el('div', 'tea-msg-text', m.content));
   const work = workOf(ctx.traj, m);
   if (work.length) {
     const open = ctx.expanded.has(row.key);

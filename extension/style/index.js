@@ -1,2 +1,4 @@
 import './base.css';
 import './timetravel.css';
+import './evaluation.css';
+import './lineage.css';

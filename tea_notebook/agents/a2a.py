@@ -254,7 +254,13 @@ class A2ASession:
         return self._append(sender, mentions, content, thread_id)
 
     def _append(
-        self, sender: str, mentions: list[str], content: str, thread_id: str, replayed: bool = False
+        self,
+        sender: str,
+        mentions: list[str],
+        content: str,
+        thread_id: str,
+        replayed: bool = False,
+        elapsed: float | None = None,
     ) -> Message:
         msg = Message(len(self.messages) + 1, thread_id, sender, mentions, content, time.time(), replayed)
         self.messages.append(msg)
@@ -267,6 +273,7 @@ class A2ASession:
                 mentions=msg.mentions,
                 content=msg.content,
                 replayed=replayed,
+                elapsed=round(self.elapsed() if elapsed is None else elapsed, 3),
             ),
         )
         if sender in self.members:
@@ -279,10 +286,11 @@ class A2ASession:
                     member.wake.set()
         return msg
 
-    def replay(self, events: list[dict[str, Any]]) -> None:
+    def replay(self, events: list[dict[str, Any]], delivered: dict[str, set[int]] | None = None) -> None:
         """Start from an earlier run's first events (a fork): its threads as they were (``thread``
         entries: id, name, participants, status, summary) and its messages, stored again and marked
-        replayed. Each member is left with only the mentions that came after its own last message."""
+        replayed. Each member is left with the mentions it had not been delivered (``delivered``:
+        member -> message numbers), or without it with those that came after its own last message."""
         for e in events:
             if e.get("type") == "thread":
                 tid = str(e["id"])
@@ -297,12 +305,21 @@ class A2ASession:
             thread = str(e.get("thread") or MAIN_THREAD)
             if thread not in self.threads:
                 self.create_thread(SYSTEM_SENDER, thread, list(self.members), thread_id=thread)
-            self._append(str(e.get("sender")), list(e.get("mentions") or []), str(e.get("content", "")), thread, True)
+            used = e.get("elapsed")
+            used = float(used) if isinstance(used, (int, float)) and not isinstance(used, bool) else None
+            sender, mentions, content = str(e.get("sender")), list(e.get("mentions") or []), str(e.get("content", ""))
+            self._append(sender, mentions, content, thread, True, used)
+            if used is not None:  # the time budget goes on as it stood at the fork point
+                self.started = time.monotonic() - used
         for member in self.members.values():
             last_own = max((m.seq for m in self.messages if m.sender == member.name), default=0)
-            member.pending = [m for m in self.messages if member.name in m.mentions and m.seq > last_own]
+            mine = [m for m in self.messages if member.name in m.mentions]
+            if delivered is not None:
+                member.pending = [m for m in mine if m.seq not in delivered.get(member.name, set())]
+            else:
+                member.pending = [m for m in mine if m.seq > last_own]
             member.seen = len(self.messages)
-            member.unanswered = len(member.pending)
+            member.unanswered = len([m for m in mine if m.seq > last_own])
 
     def _collect(self, member: _Member) -> list[Message]:
         for msg in self.messages[member.seen :]:

@@ -17,6 +17,7 @@ per agent. A worker whose run ends (a crash included) is reported to the orchest
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import TYPE_CHECKING, Any
 
 from tea_notebook.agents.a2a import (
@@ -33,13 +34,17 @@ from tea_notebook.models.client import ModelClient, resolve_model
 from tea_notebook.protocol.context import Context
 from tea_notebook.protocol.records import AgentRecord
 from tea_notebook.runtime.agent import Agent, AgentRun, RunResult, sub_agent_answer
+from tea_notebook.runtime.divergence import watch_messages
 from tea_notebook.runtime.event_types import FinishedStatus
-from tea_notebook.runtime.forking import refuse_split_turn
+from tea_notebook.runtime.forking import ForkPlan, plan_resume, refuse_split_turn
 from tea_notebook.runtime.jobs import Runnable, checked_result
+from tea_notebook.runtime.replay_policy import ReplayPolicy, fresh_start, govern
+from tea_notebook.runtime.replies import planned_calls
 from tea_notebook.runtime.runlog import RunLog
 from tea_notebook.runtime.stop_reason import stop_reason
 
 if TYPE_CHECKING:
+    from tea_notebook.runtime.events import Event
     from tea_notebook.runtime.host import RunHost
 
 ORCHESTRATOR = "information_flow_orchestrator"
@@ -117,6 +122,113 @@ DEFAULT_WORKERS: dict[str, dict[str, Any]] = {
 }
 #: the specialists the default workers wrap, each made by its kind's shortcut when not registered
 _SPECIALISTS = ("deep_researcher", "browser_use", "deep_analyzer")
+
+
+#: what ``send_message`` returns when it posted message N, and a message line ``wait_for_mentions`` delivers
+_SENT = re.compile(r"^Sent message #(\d+) ")
+_DELIVERED = re.compile(r"^#(\d+) \[thread ", re.M)
+
+
+def _cut(events: list["Event"], cut: int, upto: int) -> list["Event"]:
+    """A member's own events as they stood when message ``upto`` was posted (event ``cut``): the
+    model reply to a request made before (a function of what it was asked then), and the results of
+    the ``send_message`` calls that posted messages 1..``upto`` (they are replayed, never sent again)."""
+    kept = [e for e in events if e.seq < cut]
+    asked = {e.step for e in kept if e.type == "model_request"} - {e.step for e in kept if e.type == "model_response"}
+    for e in events:
+        if e.seq < cut:
+            continue
+        sent = _SENT.match(str(e.data.get("observation", ""))) if e.type == "tool_result" else None
+        if (e.type == "model_response" and e.step in asked and not e.data.get("stage")) or (
+            sent is not None and int(sent.group(1)) <= upto
+        ):
+            kept.append(e)
+    return kept
+
+
+def member_forks(
+    ws: "RunHost", run_id: str, upto: int, policy: ReplayPolicy | None = None
+) -> tuple[dict[str, ForkPlan], dict[str, set[int]]]:
+    """How each member of the CORAL run ``run_id`` goes on in a fork at message ``upto``: a plan that
+    replays the steps it had finished when that message was posted and takes up the step it was in
+    (its model's reply kept, the calls that had returned not run again, the others run); and the
+    messages each member had been delivered by then (the rest of its mentions are still pending).
+    Empty for a fork at message 0 (every member starts afresh) or a run without member runs. A replay
+    ``policy`` answers the calls each member (and a sub-agent it was running) makes again from its
+    own original run; at message 0 each member then starts afresh under it."""
+    if upto < 1:
+        if policy is None:
+            return {}, {}
+        rows = ws.db.runs(10_000, parent_id=run_id)
+        return {r["agent"]: fresh_start(policy, ws.events.events(r["id"], nested=False), r["id"]) for r in rows}, {}
+    source = ws.db.run_row(run_id) or {}
+    if source.get("forked_from") and source.get("fork_step") is not None and upto <= source["fork_step"]:
+        # a message it replayed: as its source stood there
+        return member_forks(ws, source["forked_from"], upto, policy)
+    team = ws.events.events(run_id, nested=False)
+    cut = next((e.seq for e in team if e.type == "message" and e.data.get("seq") == upto), None)
+    if cut is None:
+        return {}, {}
+    plans: dict[str, ForkPlan] = {}
+    delivered: dict[str, set[int]] = {}
+    for row in ws.db.runs(10_000, parent_id=run_id):
+        plan, kept = _plan_at(ws, row, cut, upto, run_id, policy)
+        plans[row["agent"]] = plan
+        delivered[row["agent"]] = {int(n) for text in _waited(kept) for n in _DELIVERED.findall(text)}
+    return plans, delivered
+
+
+def _waited(events: list["Event"]) -> list[str]:
+    """What the ``wait_for_mentions`` calls among a member's ``events`` returned (a step it replayed
+    from the run it was forked from has no call events: its results say it)."""
+    out = [
+        str(e.data.get("observation", ""))
+        for e in events
+        if e.type == "tool_result" and e.data.get("name") == "wait_for_mentions"
+    ]
+    for e in events:
+        if e.type == "step" and e.data.get("replayed"):
+            out += [str(r[2]) for r in e.data.get("results") or [] if len(r) > 2 and r[0] == "wait_for_mentions"]
+    return out
+
+
+def _plan_at(
+    ws: "RunHost", row: dict, cut: int, upto: int, team: str, policy: ReplayPolicy | None = None
+) -> tuple[ForkPlan, list["Event"]]:
+    """The plan that continues the run ``row`` (a member's, or a sub-agent's it was running) as it
+    stood at event ``cut``, and its events kept; a sub-agent run still going at the cut goes on
+    from its own plan (the call that started it continues it instead of starting afresh). A replay
+    ``policy`` answers the calls it makes again from ``row``'s own recording."""
+    events = ws.events.events(row["id"], nested=False)
+    kept = _cut(events, cut, upto)
+    plan = plan_resume(kept, row["id"])
+    plan.resumed = False  # it goes on from its team's fork: no run of its own was stopped
+    plan.model = row["model"] or None
+    plan.max_steps = next((e.data.get("max_steps") for e in events if e.type == "run_started"), None)
+    taken = plan.overrides.get(plan.last_step + 1)
+    if taken is None:
+        return govern(plan, policy, events), kept
+    taken.note = f"taken up again at message {upto} of run {team}: {taken.note.removeprefix('taken up again: ')}"
+    # the calls as the model chose them (the history shows those; a sub-agent's is delegated again as it was)
+    reply = next(
+        (
+            e.data
+            for e in kept
+            if e.type == "model_response" and e.step == plan.last_step + 1 and not e.data.get("stage")
+        ),
+        None,
+    )
+    chosen = {c.id: c for c in planned_calls(reply)} if reply is not None else {}
+    if taken.calls is not None and all(c.id in chosen for c in taken.calls):
+        taken.calls = [chosen[c.id] for c in taken.calls]
+        taken.verbatim = set()
+    for child in ws.db.runs(10_000, parent_id=row["id"]):
+        own = ws.events.events(child["id"], nested=False)
+        ended = [e.seq for e in own if e.type == "run_finished"]
+        if own and own[0].seq < cut and (not ended or ended[0] > cut):  # it was running at the cut
+            sub, _ = _plan_at(ws, child, cut, upto, team, policy)
+            taken.subforks.setdefault(child["agent"], []).append(sub)
+    return govern(plan, policy, events), kept
 
 
 def _worker_spec(name: str, value: Any, ws: "RunHost") -> dict[str, Any]:
@@ -340,12 +452,16 @@ class CoralTeam(Runnable):
         _replay: list[dict[str, Any]] | None = None,  # thread and message events of a forked run
         _fork: tuple[str, int] | None = None,
         _edit: dict[str, Any] | None = None,  # what a fork changed (the last replayed message)
+        _policy: ReplayPolicy | None = None,  # a fork's replay policy, for the members' calls
     ) -> RunResult:
         """Run the team on ``task``: its :class:`RunResult` (see ``status``); a run that ends in ``error``
         raises :class:`~tea_notebook.errors.RunFailed` unless ``raise_on_error=False``."""
         ws = self.workspace
+        plans: dict[str, ForkPlan] = {}
+        delivered: dict[str, set[int]] | None = None
         if _fork is not None:  # before anything is written: a fork point inside a member's turn is refused
             refuse_split_turn(ws.events.events(_fork[0]), _fork[0], _fork[1])
+            plans, delivered = member_forks(ws, *_fork, _policy)
         ensure_toolkit(ws)
         resolved, source = self.resolved_model(model)
         log = RunLog(ws, self.name, task, resolved, source, context)
@@ -361,7 +477,9 @@ class CoralTeam(Runnable):
             budget_seconds=self.budget_seconds,
             max_messages=self.max_messages,
             **({"edit": _edit} if _edit else {}),
+            **({"replay": _policy.as_dict()} if _policy is not None else {}),
         )
+        watch_messages(log, _fork)  # a fork says at which message it first departs from the original
         session = A2ASession(
             log,
             ORCHESTRATOR,
@@ -373,10 +491,10 @@ class CoralTeam(Runnable):
         log.ctx.state("a2a")["session"] = session
         session.create_thread(SYSTEM_SENDER, MAIN_THREAD, self.member_names(), thread_id=MAIN_THREAD)
         if _replay:
-            session.replay(_replay)
+            session.replay(_replay, delivered if plans else None)
         members = self._members(session, model)
         tasks = {
-            name: asyncio.ensure_future(self._member(agent, task, attached, log.ctx, session))
+            name: asyncio.ensure_future(self._member(agent, task, attached, log.ctx, session, plans.get(name)))
             for name, agent in members.items()
         }
         try:
@@ -413,12 +531,19 @@ class CoralTeam(Runnable):
 
     @staticmethod
     async def _member(
-        agent: "CoralMember", task: str, files: list[str], ctx: Context, session: A2ASession
+        agent: "CoralMember",
+        task: str,
+        files: list[str],
+        ctx: Context,
+        session: A2ASession,
+        plan: ForkPlan | None = None,
     ) -> RunResult | None:
-        """One agent's run; when it ends the session learns its status (a crash is reported)."""
+        """One agent's run (in a fork, going on as ``plan`` says); when it ends the session learns its
+        status (a crash is reported)."""
         status = "error"
+        fork = (plan.source, plan.last_step) if plan is not None and plan.source is not None else None
         try:
-            result = await agent.run(task, files or None, context=ctx, raise_on_error=False)
+            result = await agent.run(task, files or None, context=ctx, raise_on_error=False, _replay=plan, _fork=fork)
             status = result.status
             if status == "error":
                 session.note(f"{agent.name} crashed: {result.error}")
@@ -517,4 +642,4 @@ class _MemberRun(AgentRun):
         return [*super()._environments(), coral]
 
 
-__all__ = ["CoralMember", "CoralTeam", "DEFAULT_WORKERS", "ORCHESTRATOR", "PLANNER"]
+__all__ = ["CoralMember", "CoralTeam", "DEFAULT_WORKERS", "ORCHESTRATOR", "PLANNER", "member_forks"]

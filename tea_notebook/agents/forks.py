@@ -10,16 +10,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from tea_notebook.models.client import ToolCall
 from tea_notebook.runtime.agent import Agent
 from tea_notebook.runtime.forking import (
     Edit,
     ForkError,
     ForkPlan,
     StepOverride,
+    StoredStep,
     plan_fork,
     plan_resume,
     stored_steps,
 )
+from tea_notebook.runtime.replay_policy import CONTROLS, ReplayPolicy, govern
 
 if TYPE_CHECKING:
     from tea_notebook.protocol.context import Context
@@ -68,6 +71,22 @@ def action_checker(ws: "RunHost", runner: Any) -> Any:
     return check
 
 
+def check_policy(
+    ws: "RunHost",
+    policy: ReplayPolicy | None,
+    runners: list[Any],
+    agents: list[str],
+    controls: frozenset[str] = CONTROLS,
+) -> None:
+    """ForkError naming each tool of ``policy`` that is not registered, nor one of the ``controls``,
+    nor a sub-agent tool of ``runners`` or the agent of one of the runs in ``agents`` (a nested fork's chain)."""
+    if policy is None:
+        return
+    subs = {_tool_name(s) for r in runners for s in getattr(r, "sub_agents", []) or []}
+    known = {n for n in policy.tools if n in ws.tools} | subs | {_tool_name(a) for a in agents}
+    policy.check_names(known, controls)
+
+
 async def fork_run(
     ws: "RunHost",
     run_id: str,
@@ -81,6 +100,7 @@ async def fork_run(
     task: str | None = None,
     context: "Context | None" = None,
     raise_on_error: bool = True,
+    replay: Any = None,
 ) -> "RunResult":
     """See :meth:`tea_notebook.workspace.Workspace.fork`."""
     from tea_notebook.runtime.events import Event
@@ -88,6 +108,7 @@ async def fork_run(
 
     row = _row(ws, run_id)
     change = Edit.of(edit)
+    policy = ReplayPolicy.of(replay)
     if stage is None and not row["parent_id"] and isinstance(step, int) and not isinstance(step, bool):
         # a long run's fork reads only what it replays (its step events) and the steps it takes again
         ws.events.flush()
@@ -99,7 +120,7 @@ async def fork_run(
     if stage is not None:
         if unit != "stages":
             raise ForkError(f"run {row['id']} ({row['agent']}) has no stages: fork it by step")
-        return await _fork_stage(ws, row, events, stage, change, model, agent, task, context, raise_on_error)
+        return await _fork_stage(ws, row, events, stage, change, model, agent, task, context, raise_on_error, policy)
     if step is None:
         raise ForkError("say where to fork: step=N (for a CORAL team, the message number; for ToolSelf, stage=K)")
     if row["parent_id"] and unit == "steps":
@@ -107,7 +128,7 @@ async def fork_run(
             raise ForkError(
                 "a sub-agent's run is forked with its parent's agents and task: agent= and task= do not apply"
             )
-        return await _fork_nested(ws, row, events, step, change, rerun_from, model, context, raise_on_error)
+        return await _fork_nested(ws, row, events, step, change, rerun_from, model, context, raise_on_error, policy)
     if unit is None or (unit == "stages" and step is not None):
         what = (
             "a ToolSelf run is forked at a stage (stage=K)"
@@ -128,10 +149,12 @@ async def fork_run(
         "_fork": (row["id"], step),
     }
     if unit == "messages":
-        return await _fork_messages(runner, row, events, step, change, task, options)
+        return await _fork_messages(ws, runner, row, events, step, change, task, options, policy)
     if not isinstance(runner, Agent):
         raise ForkError(f"run {row['id']} cannot be forked: its agent {row['agent']!r} is no agent loop now")
     plan = plan_fork(events, row["id"], step, change, rerun_from=rerun_from, check_action=action_checker(ws, runner))
+    check_policy(ws, policy, [runner], [])
+    govern(plan, policy, events)
     started = _started(events)
     if started.get("max_steps"):
         options["max_steps"] = max(started["max_steps"], plan.last_step + 1)
@@ -143,9 +166,25 @@ def _started(events: list["Event"]) -> dict[str, Any]:
 
 
 async def _fork_messages(
-    runner: Any, row: dict, events: list["Event"], step: int, change: Edit | None, task: str | None, options: dict
+    ws: "RunHost",
+    runner: Any,
+    row: dict,
+    events: list["Event"],
+    step: int,
+    change: Edit | None,
+    task: str | None,
+    options: dict,
+    policy: ReplayPolicy | None = None,
 ) -> "RunResult":
-    """A CORAL team's run from its first ``step`` messages (the last one edited when asked)."""
+    """A CORAL team's run from its first ``step`` messages (the last one edited when asked); a replay
+    ``policy`` answers the calls each member makes again from that member's own original run (the
+    team's message tools always run: they are its conversation, see ``CoralTeam.run``)."""
+    from tea_notebook.agents.coral import CoralTeam
+
+    if not isinstance(runner, CoralTeam):
+        raise ForkError(
+            f"run {row['id']} is a CORAL team's run: it is forked with a CORAL team, not {type(runner).__name__}"
+        )
     if change is not None and change.kind != "message":
         raise ForkError(
             f"a CORAL team's run is forked at a message: the edit is {{'message': text}}, not {change.kind}"
@@ -177,6 +216,13 @@ async def _fork_messages(
             "after": change.value[:2000],
         }
         last["content"] = change.value
+    if policy is not None:
+        from tea_notebook.protocol.reserved import A2A_ACTIONS
+
+        wrapped = [a for spec in runner.workers.values() for a in spec.get("agents") or []]
+        machinery = frozenset(A2A_ACTIONS)
+        check_policy(ws, policy, [], wrapped, CONTROLS | machinery)
+        options["_policy"] = policy.running(machinery)
     return await runner.run(task or row["task"], _replay=history, _edit=record, **options)
 
 
@@ -202,6 +248,28 @@ def _dispatch(ws: "RunHost", child: dict, parent_events: list["Event"]) -> tuple
     return step, in_step[min(index, len(in_step) - 1)].data["id"]
 
 
+def _as_chosen(stored: StoredStep) -> tuple[list[ToolCall], set[str]]:
+    """The calls of a stored step as the model chose them (the arguments its history shows, so the
+    prompts after it are the original's; a sub-agent's call is delegated again as it was), and the ids
+    of those whose chosen arguments are not recorded (taken verbatim, as they ran)."""
+    import json
+
+    calls: list[ToolCall] = []
+    verbatim: set[str] = set()
+    for i, c in enumerate(stored.calls):
+        shown = stored.record.results[i] if i < len(stored.record.results) else None
+        if shown is None or shown[0] != c.name:
+            calls.append(c)
+            verbatim.add(c.id)
+            continue
+        try:
+            chosen = json.loads(shown[1])
+        except ValueError:
+            chosen = shown[1]
+        calls.append(ToolCall(c.id, c.name, chosen))
+    return calls, verbatim
+
+
 async def _fork_nested(
     ws: "RunHost",
     row: dict,
@@ -212,9 +280,11 @@ async def _fork_nested(
     model: str | None,
     context: "Context | None",
     raise_on_error: bool,
+    policy: ReplayPolicy | None = None,
 ) -> "RunResult":
     """A sub-agent's run forked: its parent forked at the step that called it, that call continuing
-    with the sub-agent's fork and the step's other calls replayed; up to the run a person started."""
+    with the sub-agent's fork and the step's other calls replayed; up to the run a person started.
+    A replay ``policy`` governs the calls every run of the chain makes again."""
     from tea_notebook.agents.kinds import build
     from tea_notebook.runtime.trajectory import fork_unit
 
@@ -222,6 +292,8 @@ async def _fork_nested(
     plan = plan_fork(events, row["id"], step, change, rerun_from=rerun_from, check_action=action_checker(ws, runner))
     plan.model = model or row["model"] or None
     plan.max_steps = _started(events).get("max_steps")
+    govern(plan, policy, events)
+    chain = [row["agent"]]
     child, child_plan = row, plan
     while child["parent_id"]:
         parent = _row(ws, child["parent_id"])
@@ -240,14 +312,18 @@ async def _fork_nested(
         parent_plan.model = parent["model"] or None
         parent_plan.max_steps = _started(parent_events).get("max_steps")
         others = {c.id: stored.results[c.id] for c in stored.calls if c.id != call_id and c.id in stored.results}
+        calls, verbatim = _as_chosen(stored)
         parent_plan.overrides[at] = StepOverride(
-            calls=list(stored.calls),
+            calls=calls,
             thoughts=stored.record.thoughts(),
             stored=others,
-            verbatim={c.id for c in stored.calls},
+            verbatim=verbatim,
             subforks={child["agent"]: [child_plan]},
             note=f"{child['agent']} continued from its fork at step {step}",
+            continued={call_id},
         )
+        govern(parent_plan, policy, parent_events)
+        chain.append(parent["agent"])
         parent_plan.edit = {
             "kind": "sub_agent",
             "step": at,
@@ -260,6 +336,7 @@ async def _fork_nested(
     root_runner = build(ws, child["agent"])
     if not isinstance(root_runner, Agent):
         raise ForkError(f"run {child['id']} ({child['agent']}) is no agent loop: its sub-runs cannot be forked")
+    check_policy(ws, policy, [runner, root_runner], chain)
     options: dict[str, Any] = {
         "model": child_plan.model,
         "context": context,
@@ -282,9 +359,13 @@ async def _fork_stage(
     task: str | None,
     context: "Context | None",
     raise_on_error: bool,
+    policy: ReplayPolicy | None = None,
 ) -> "RunResult":
-    """A ToolSelf run from the start of stage ``stage`` (its configuration edited when asked)."""
+    """A ToolSelf run from the start of stage ``stage`` (its configuration edited when asked); a replay
+    ``policy`` answers the calls of that stage and the later ones (``reconfigure`` and ``finish``, the
+    run's controls, always run)."""
     from tea_notebook.agents.kinds import build
+    from tea_notebook.protocol.reserved import TOOLSELF_ACTIONS
 
     stages = [e.data for e in events if e.type == "stage"]
     if isinstance(stage, bool) or not isinstance(stage, int) or not 1 <= stage <= len(stages):
@@ -312,6 +393,7 @@ async def _fork_stage(
         }
         config.update(change.value)
     runner = agent or build(ws, row["agent"])
+    check_policy(ws, policy, [runner], [], CONTROLS | frozenset(TOOLSELF_ACTIONS))
     first = int(chosen.get("first_step") or 1)
     plan = plan_fork(events, row["id"], first - 1, None)
     plan.step = first
@@ -324,6 +406,7 @@ async def _fork_stage(
     }
     plan.live = []  # a stage starts with a fresh history
     plan.summaries = []
+    govern(plan, policy, events)
     started = _started(events)
     options: dict[str, Any] = {
         "model": model or row["model"] or None,
@@ -368,31 +451,56 @@ def _stop_states(events: list["Event"], run_id: str, step: int) -> dict[str, str
     return states
 
 
-async def _await_late_calls(ws: "RunHost", run_id: str, events: list["Event"], wait: float) -> list["Event"]:
+async def _await_late_calls(
+    ws: "RunHost", run_id: str, events: list["Event"], wait: float
+) -> tuple[list["Event"], dict[int, StoredStep]]:
     """Wait (up to ``wait`` seconds) for the calls of the stopped run ``run_id`` that still run in this
-    kernel, whose results are then recorded on their step; the run's events, read again if any was.
-    ForkError naming a call that is still running after the wait (nothing is written)."""
+    kernel, whose results are then recorded on their step; the run's events (read again if any was)
+    and its :func:`stored_steps`. ForkError naming a call that is still running after the wait
+    (nothing is written)."""
     from tea_notebook.runtime.inflight import STILL_RUNNING
 
-    pending = [
-        call_id
-        for step in stored_steps(events, run_id).values()
+    steps = stored_steps(events, run_id)
+    pending = {
+        call_id: number
+        for number, step in steps.items()
         if not step.complete
         for call_id in sorted(step.started - set(step.results))
-    ]
+    }
     if not pending:
-        return events
+        return events, steps
     open_calls = [late for call_id in pending if (late := STILL_RUNNING.get(run_id, call_id)) is not None]
-    left = await STILL_RUNNING.wait(open_calls, wait)
-    if left:
-        late = left[0]
-        raise ForkError(
-            f"{late.describe()} is still running in this kernel, {late.after:.1f} s after the stop (waited "
-            f"{wait:g} s): a resume does not run it a second time. Resume again once it returns (what it returns "
-            "is recorded on its step), or wait longer: ws.resume(run, wait=SECONDS)"
-        )
-    # read again: a late result recorded since the first read (a call is forgotten only once it is written)
-    return ws.events.events(run_id, nested=False)
+    if open_calls:
+        left = await STILL_RUNNING.wait(open_calls, wait)
+        if left:
+            late = left[0]
+            raise ForkError(
+                f"{late.describe()} is still running in this kernel, {late.after:.1f} s after the stop (waited "
+                f"{wait:g} s): a resume does not run it a second time. Resume again once it returns (what it "
+                "returns is recorded on its step), or wait longer: ws.resume(run, wait=SECONDS)"
+            )
+    else:
+        # none runs here now; one may have returned since the first read (a call is forgotten only once its
+        # result is written): the whole run is read again only when a result was written since
+        after = min(pending.values()) - 1
+        known = sum(1 for e in events if e.run_id == run_id and e.type == "tool_result" and (e.step or 0) > after)
+        ws.events.flush()
+        if len(ws.db.step_events_after(run_id, ["tool_result"], after)) == known:
+            return events, steps
+    # read again: the late results recorded since the first read
+    events = _resume_events(ws, run_id)
+    return events, stored_steps(events, run_id)
+
+
+def _resume_events(ws: "RunHost", run_id: str) -> list["Event"]:
+    """The stopped run's own events that a resume reads, in order: all but its model requests, and
+    its model replies, tool calls and results only from the step it was in on (its finished steps
+    replay from their ``step`` events; a long run's calls are never decoded)."""
+    from tea_notebook.runtime.events import Event
+
+    ws.events.flush()
+    finished = [step for _, _, step, _ in ws.db.run_events_of_type([run_id], ["step"]) if step is not None]
+    return [Event.from_row(r) for r in ws.db.fork_events(run_id, max(finished, default=0) + 1)]
 
 
 def _outcome_unknown(events: list["Event"], run_id: str, step: int, calls: list[Any]) -> list[Any]:
@@ -427,6 +535,24 @@ def _refuse_unknown(ws: "RunHost", run_id: str, step: int, calls: list[Any]) -> 
     return again
 
 
+def _runs_live(policy: ReplayPolicy | None, name: str) -> bool:
+    """Whether a resume's ``policy`` runs calls of ``name`` (the loop's controls always run)."""
+    return policy is None or name in CONTROLS or policy.for_tool(name) == "live"
+
+
+def _refuse_unrecorded(run_id: str, step: int, taken: StepOverride, policy: ReplayPolicy | None) -> None:
+    """ForkError naming the first call of the stopped ``step`` that ``policy`` answers from the
+    recording although it has no stored result (it never returned, or never started)."""
+    if policy is None:
+        return
+    for c in taken.calls or []:
+        if c.id not in taken.stored and c.name not in CONTROLS and policy.for_tool(c.name) == "recorded":
+            raise ForkError(
+                f"call {c.id} ({c.name}) of step {step} of run {run_id} has no stored result (it did not return "
+                f"before the stop): replay 'recorded' cannot answer it; give {c.name} the policy live or refuse"
+            )
+
+
 async def resume_run(
     ws: "RunHost",
     run_id: str,
@@ -435,6 +561,8 @@ async def resume_run(
     raise_on_error: bool = True,
     rerun_unknown: bool = False,
     wait: float = RESUME_WAIT,
+    replay: Any = None,
+    force: bool = False,
 ) -> "RunResult":
     """See :meth:`tea_notebook.workspace.Workspace.resume`."""
     from tea_notebook.agents.kinds import build
@@ -444,6 +572,9 @@ async def resume_run(
         raise ForkError(f"wait is the seconds to wait for a call still running (0 or more), not {wait!r}")
     if not isinstance(rerun_unknown, bool):
         raise ForkError(f"rerun_unknown is True or False, not {rerun_unknown!r}")
+    if not isinstance(force, bool):
+        raise ForkError(f"force is True or False (resume a run whose folder was changed by hand), not {force!r}")
+    policy = ReplayPolicy.of(replay)
     row = _row(ws, run_id)
     if row["status"] not in ("interrupted", "error"):
         raise ForkError(
@@ -460,24 +591,35 @@ async def resume_run(
             f"run {row['id']} was already resumed by run {resumed}: a run is resumed once (its stopped calls must "
             f"not run twice); resume or fork {resumed} instead"
         )
-    events = ws.events.events(row["id"], nested=False)
+    events = _resume_events(ws, row["id"])
     if fork_unit(events) != "steps":
         raise ForkError(f"run {row['id']} ({row['agent']}) is not an agent loop's run: it cannot be resumed")
     runner = build(ws, row["agent"])
     if not isinstance(runner, Agent):
         raise ForkError(f"run {row['id']} cannot be resumed: its agent {row['agent']!r} is no agent loop now")
+    check_policy(ws, policy, [runner], [])
     _RESUMING.add(row["id"])
     try:
-        events = await _await_late_calls(ws, row["id"], events, wait)
-        plan = plan_resume(events, row["id"])
+        events, steps = await _await_late_calls(ws, row["id"], events, wait)
+        plan = govern(plan_resume(events, row["id"], steps), policy, events)
         taken = plan.overrides.get(plan.last_step + 1)
         if taken is not None and taken.calls:
             step = plan.last_step + 1
-            pending = [c for c in taken.calls if c.id in taken.verbatim and c.id not in taken.stored]
+            _refuse_unrecorded(row["id"], step, taken, policy)
+            pending = [
+                c
+                for c in taken.calls
+                if c.id in taken.verbatim and c.id not in taken.stored and _runs_live(policy, c.name)
+            ]
             unknown = _outcome_unknown(events, row["id"], step, pending)
             again = [c.name for c in unknown] if rerun_unknown else _refuse_unknown(ws, row["id"], step, unknown)
             if again:
                 taken.note += f"; run again, their outcome unknown: {', '.join(again)}"
+        from tea_notebook.runtime.folder_snapshots import resume_start
+
+        plan.folder = resume_start(ws, row["id"], plan.last_step, force=force)
+        if plan.folder.refusal is not None:  # its folder was changed by hand since the stop
+            raise ForkError(plan.folder.refusal)
         started = _started(events)
         options: dict[str, Any] = {
             "model": row["model"] or None,

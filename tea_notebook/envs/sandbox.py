@@ -117,6 +117,8 @@ class PythonSandbox(Environment):
     )
     category = "code"
     constraints = ["no secrets; no network unless enabled", "time, CPU, memory, process and disk limits"]
+    #: whether running without bubblewrap is a fallback to warn about (not for a session meant to have none)
+    boundary_expected = True
 
     def __init__(
         self,
@@ -457,7 +459,8 @@ class PythonSandbox(Environment):
                     "use HTTP_PROXY (set to its proxy)."
                 )
             self.boundary = boundary.Boundary("process", True, False, hello.get("uid"), reasons)
-            boundary.fallback_warning(reasons)
+            if self.boundary_expected:
+                boundary.fallback_warning(reasons)
 
     # -- talking to the child ---------------------------------------------------------------
     def _read_line(self, deadline: float) -> dict[str, Any] | None:

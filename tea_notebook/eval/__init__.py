@@ -7,10 +7,11 @@ LLM judge), store each result in the workspace as it ends (resumable), in this p
     results.plot()
 
 Repeated runs with their spread (``epochs=5``: ``accuracy 0.63 ± 0.04 (k=5, 30 tasks)``, pass@k, pass^k,
-reducers; :mod:`.stats`), retries of samples the model provider failed (:mod:`.failures`), trajectory
-checks (:mod:`.checks`), eval sets of agents × models × task files with intervals and a paired bootstrap
-(:mod:`.sets`), a model preflight (:mod:`.doctor`), and Inspect AI logs and agents (:mod:`.inspect_log`,
-:mod:`.inspect_run`).
+reducers, Student-t intervals, McNemar, Holm / BH; :mod:`.stats`), a sample-size planner (:mod:`.planning`),
+reliability across epochs (:mod:`.reliability`), retries of samples the model provider failed
+(:mod:`.failures`), trajectory checks (:mod:`.checks`), eval sets of agents × models × task files with
+intervals, paired tests and adjusted comparisons (:mod:`.sets`), a model preflight (:mod:`.doctor`), and
+Inspect AI logs and agents (:mod:`.inspect_log`, :mod:`.inspect_run`).
 
 Nothing is imported until used (``tea_notebook.eval.gaia_score`` loads only the scorer).
 """
@@ -47,6 +48,12 @@ _EXPORTS = {
     "Configuration": "tea_notebook.eval.sets",
     "Estimate": "tea_notebook.eval.stats",
     "paired_bootstrap": "tea_notebook.eval.stats",
+    "paired_t_test": "tea_notebook.eval.stats",
+    "mcnemar": "tea_notebook.eval.stats",
+    "adjust_p_values": "tea_notebook.eval.stats",
+    "clustered_estimate": "tea_notebook.eval.stats",
+    "plan_sample_size": "tea_notebook.eval.planning",
+    "SamplePlan": "tea_notebook.eval.planning",
     "pass_at_k": "tea_notebook.eval.stats",
     "pass_hat_k": "tea_notebook.eval.stats",
     "tool_called": "tea_notebook.eval.checks",
@@ -73,6 +80,9 @@ _SUBMODULES = (
     "spec",
     "ray_engine",
     "stats",
+    "distributions",
+    "planning",
+    "reliability",
     "failures",
     "checks",
     "sets",

@@ -64,18 +64,36 @@ def check_log_path(path: str | Path) -> Path:
     return target
 
 
+def model_texts(trajectory: "Trajectory") -> dict[int, str]:
+    """What the model wrote at each step of the run (not its sub-runs), its calls' texts joined: the
+    assistant text beside the tool calls (``model_response`` events keep it; the step only its thoughts)."""
+    texts: dict[int, list[str]] = {}
+    for e in trajectory.events:
+        if e.type == "model_response" and e.run_id == trajectory.run_id and e.step is not None:
+            content = e.data.get("content")
+            if content and str(content).strip():
+                texts.setdefault(e.step, []).append(str(content))
+    return {step: "\n\n".join(parts) for step, parts in texts.items()}
+
+
+def _step_text(step: Any, texts: dict[int, str]) -> str:
+    """A step's assistant text: what the model wrote, else the thoughts the step recorded."""
+    return texts.get(step.number) or step.thinking or step.next_goal or step.evaluation or ""
+
+
 def _messages(result: "TaskResult", trajectory: "Trajectory | None") -> list[Any]:
     from inspect_ai.model import ChatMessageAssistant, ChatMessageTool, ChatMessageUser
     from inspect_ai.tool import ToolCall, ToolCallError
 
     messages: list[Any] = [ChatMessageUser(content=result.question or (trajectory.task if trajectory else ""))]
     if trajectory is not None:
+        texts = model_texts(trajectory)
         for step in trajectory.steps:
             calls = [
                 ToolCall(id=str(a.get("id") or f"s{step.number}-{i}"), function=str(a["name"]), arguments=_args(a))
                 for i, a in enumerate(step.actions)
             ]
-            text = step.thinking or step.next_goal or step.evaluation or ""
+            text = _step_text(step, texts)
             messages.append(ChatMessageAssistant(content=text, tool_calls=calls or None, model=trajectory.model))
             for call, a in zip(calls, step.actions):
                 error = None if a.get("ok", True) else ToolCallError("unknown", str(a.get("observation", ""))[:2000])
@@ -109,6 +127,7 @@ def _events(trajectory: "Trajectory") -> list[Any]:
         if e.step is not None and e.type in ("model_response", "step"):
             times.setdefault(e.step, e.time)
     start = trajectory.events[0].time if trajectory.events else 0.0
+    texts = model_texts(trajectory)
     out: list[Any] = []
     for step in trajectory.steps:
         when = datetime.fromtimestamp(times.get(step.number, start), tz=timezone.utc)
@@ -116,7 +135,7 @@ def _events(trajectory: "Trajectory") -> list[Any]:
             ToolCall(id=str(a.get("id") or f"s{step.number}-{i}"), function=str(a["name"]), arguments=_args(a))
             for i, a in enumerate(step.actions)
         ]
-        reply = ChatMessageAssistant(content=step.thinking or step.next_goal or "", tool_calls=calls or None)
+        reply = ChatMessageAssistant(content=_step_text(step, texts), tool_calls=calls or None)
         usage = ModelUsage(
             input_tokens=step.prompt_tokens,
             output_tokens=step.completion_tokens,
@@ -359,4 +378,12 @@ def write_inspect_log(results: "ResultsTable", path: str | Path, *, transcripts:
     return target
 
 
-__all__ = ["build_log", "build_sample", "check_log_path", "require_inspect", "write_inspect_log", "write_log"]
+__all__ = [
+    "build_log",
+    "build_sample",
+    "check_log_path",
+    "model_texts",
+    "require_inspect",
+    "write_inspect_log",
+    "write_log",
+]

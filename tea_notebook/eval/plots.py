@@ -121,7 +121,7 @@ def plot_comparison(a: "ResultsTable", b: "ResultsTable", window: int = 10) -> A
 
 
 def plot_set(eval_set: Any, score: str = "correct") -> Any:
-    """An eval set's configurations: each one's mean ``score`` with its 95% interval as an error bar."""
+    """An eval set's configurations: each one's mean ``score`` with its 95% Student-t interval as an error bar."""
     plt = _pyplot()
     rows = eval_set.table(score)
     fig, ax = plt.subplots(figsize=(max(4.0, 1.3 * len(rows) + 2), 3.4), constrained_layout=True)

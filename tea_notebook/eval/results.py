@@ -33,6 +33,13 @@ class EvalResults(ResultsTable):
 
         return write_inspect_log(self, path, transcripts=transcripts)
 
+    def reliability(self, score: str = "correct") -> Any:
+        """Consistency across epochs, the clustered standard error and the calibration of stated
+        confidence (:func:`tea_notebook.eval.reliability.reliability`)."""
+        from tea_notebook.eval.reliability import reliability
+
+        return reliability(self, score=score)
+
     # -- plots --------------------------------------------------------------------------------
     def plot(self, window: int = 10) -> Any:
         """Accuracy by level, cost and steps distributions, and rolling accuracy over the tasks."""

@@ -26,7 +26,7 @@ from tea_notebook.errors import NotFoundError, TeaError
 
 if TYPE_CHECKING:
     from tea_notebook.eval.results import EvalResults
-    from tea_notebook.eval.stats import PairedTest
+    from tea_notebook.eval.stats import Comparisons, McNemarTest, PairedTest
     from tea_notebook.runtime.host import RunHost
 
 
@@ -145,7 +145,7 @@ class EvalSet:
 
     # -- numbers ------------------------------------------------------------------------------
     def table(self, score: str = "correct") -> list[dict[str, Any]]:
-        """One row per configuration: mean ± stderr over tasks, its 95% interval, pass@k and pass^k
+        """One row per configuration: mean ± stderr over tasks, its 95% Student-t interval, pass@k and pass^k
         (k = its epochs), samples, errors (provider failures apart) and cost."""
         rows = []
         for label, r in self.members.items():
@@ -166,7 +166,7 @@ class EvalSet:
                     "ci95_high": high,
                     "pass@k": r.pass_at(k) if score == "correct" else None,
                     "pass^k": r.pass_hat(k) if score == "correct" else None,
-                    "errors": r.errors - r.infra_errors,
+                    "errors": r.agent_errors,
                     "provider_failures": r.infra_errors,
                     "cost": r.cost,
                 }
@@ -180,12 +180,45 @@ class EvalSet:
         return pd.DataFrame(self.table(score)).set_index("config")
 
     def compare(
-        self, a: str, b: str, *, score: str = "correct", resamples: int = 10_000, seed: int = 0
+        self, a: str, b: str, *, score: str = "correct", resamples: int = 10_000, seed: int = 0, test: str = "bootstrap"
     ) -> "PairedTest":
-        """A paired bootstrap test of configuration ``a`` minus ``b`` over the tasks both scored."""
-        from tea_notebook.eval.stats import paired_bootstrap
+        """A paired test of configuration ``a`` minus ``b`` over the tasks both scored: ``bootstrap``
+        (resampled tasks) or ``t`` (Student's paired t-test)."""
+        from tea_notebook.eval.stats import paired_bootstrap, paired_t_test
 
-        return paired_bootstrap(self[a].task_scores(score), self[b].task_scores(score), resamples=resamples, seed=seed)
+        sa, sb = self[a].task_scores(score), self[b].task_scores(score)
+        if test == "t":
+            return paired_t_test(sa, sb)
+        if test != "bootstrap":
+            raise TeaError(f"unknown paired test {test!r}; use 'bootstrap' or 't'")
+        return paired_bootstrap(sa, sb, resamples=resamples, seed=seed)
+
+    def mcnemar(self, a: str, b: str, *, score: str = "correct") -> "McNemarTest":
+        """McNemar's exact test of ``a`` against ``b`` on right/wrong per task (a task's reduced score
+        of at least 0.5 is right)."""
+        from tea_notebook.eval.stats import mcnemar
+
+        return mcnemar(self[a].task_scores(score), self[b].task_scores(score))
+
+    def compare_all(
+        self,
+        baseline: str | None = None,
+        *,
+        score: str = "correct",
+        test: str = "bootstrap",
+        adjustment: str = "holm",
+        alpha: float = 0.05,
+        resamples: int = 10_000,
+        seed: int = 0,
+    ) -> "Comparisons":
+        """Every configuration against ``baseline`` (default: the first) by a paired ``test``, the
+        p-values adjusted for the several comparisons at once (``holm``, ``bh`` or ``none``)."""
+        from tea_notebook.eval.stats import compare_many
+
+        base = baseline if baseline is not None else next(iter(self.members), "")
+        self[base]  # an unknown baseline is refused with the configurations' names
+        scores = {label: r.task_scores(score) for label, r in self.members.items()}
+        return compare_many(scores, base, test=test, adjustment=adjustment, alpha=alpha, resamples=resamples, seed=seed)
 
     def agreement(self, a: str, b: str, *, score: str = "correct") -> list[dict[str, Any]]:
         """Per task both scored: the two reduced scores and whether they agree (both ≥ 0.5 or both below)."""
@@ -261,8 +294,39 @@ class EvalSet:
         return (
             f"<div class='tea-eval-set'><b>eval set {esc(self.name)}</b>{note}<table><thead><tr>{head}</tr></thead>"
             f"<tbody>{''.join(body)}</tbody></table><div style='font-size:85%;color:#57606a'>mean over tasks of each "
-            "task's reduced epochs; stderr over tasks; 95% CI = mean ± 1.96·stderr. Compare two: "
-            "<code>s.compare(a, b)</code> (paired bootstrap)</div></div>"
+            "task's reduced epochs; stderr over tasks; 95% CI = mean ± t<sub>0.975, tasks−1</sub>·stderr (Student). "
+            "Compare two: <code>s.compare(a, b)</code> (paired bootstrap), <code>s.mcnemar(a, b)</code>; all "
+            "against one: <code>s.compare_all(baseline)</code> (Holm-adjusted)</div>" + self._samples_html() + "</div>"
+        )
+
+    def _samples_html(self, limit: int = 200) -> str:
+        """Every sample as a mark (✓ right, ✗ wrong, ! error, – provider failure) in a grid of tasks ×
+        configurations; each mark opens its run (``data-run``, as a results table's rows do)."""
+        esc = html.escape
+        by_task: dict[str, dict[str, list[Any]]] = {}
+        for label, results in self.members.items():
+            for r in results.results:
+                by_task.setdefault(r.task_id, {}).setdefault(label, []).append(r)
+        rows = []
+        for task, cells in list(by_task.items())[:limit]:
+            tds = []
+            for label in self.members:
+                marks = []
+                for r in cells.get(label, []):
+                    mark = "–" if r.infra_error else "✓" if r.correct else "!" if r.status == "error" else "✗"
+                    said = "right" if r.correct else "error, scored wrong" if r.status == "error" else "wrong"
+                    title = f"{label} · {r.key}: " + ("provider failure, not scored" if r.infra_error else said)
+                    attrs = f" data-run='{esc(r.run_id)}'" if r.run_id else ""
+                    marks.append(f"<span{attrs} title='{esc(title)}'>{mark}</span>")
+                tds.append(f"<td style='text-align:left'>{' '.join(marks)}</td>")
+            rows.append(f"<tr><td style='text-align:left'>{esc(task)}</td>{''.join(tds)}</tr>")
+        more = f"<p>… {len(by_task) - limit} more tasks</p>" if len(by_task) > limit else ""
+        head = "".join(f"<th style='text-align:left'>{esc(label)}</th>" for label in self.members)
+        return (
+            "<details class='tea-eval tea-eval-samples'><summary>samples by task (✓ right, ✗ wrong, ! error, "
+            "– provider failure; click one to open its run)</summary>"
+            f"<table><thead><tr><th style='text-align:left'>task</th>{head}</tr></thead><tbody>{''.join(rows)}"
+            f"</tbody></table>{more}</details>"
         )
 
     def to_inspect(self, folder: str | Path, *, transcripts: bool = True) -> list[Path]:

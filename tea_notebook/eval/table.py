@@ -183,6 +183,17 @@ class ResultsTable:
         return sum(1 for r in self.results if r.infra_error)
 
     @property
+    def agent_errors(self) -> int:
+        """Samples that ended in an error of the agent's (a failed run, a timeout, a budget, a scorer
+        that raised): scored wrong. Provider failures are not among them (see :attr:`infra_errors`)."""
+        return sum(1 for r in self.results if r.status == "error" and not r.infra_error)
+
+    @property
+    def scored(self) -> int:
+        """Samples with a score: all but the provider failures (the denominator of :attr:`accuracy`)."""
+        return sum(1 for r in self.results if not r.infra_error)
+
+    @property
     def accuracy(self) -> float:
         """Correct answers over the samples with a result, provider failures left out (0.0 when none)."""
         scored = [r for r in self.results if not r.infra_error]
@@ -339,6 +350,8 @@ class ResultsTable:
             "correct": self.correct,
             "errors": self.errors,
             "infra_errors": self.infra_errors,
+            "agent_errors": self.agent_errors,
+            "scored": self.scored,
             "accuracy": self.accuracy,
             "epochs": k,
             "reducer": self.reducer if isinstance(self.reducer, str) else getattr(self.reducer, "__name__", "custom"),
@@ -398,17 +411,21 @@ class ResultsTable:
         return Trajectory.load(self.workspace, result.run_id)
 
     def headline(self) -> str:
-        """One line: done / correct / errors / cost."""
-        model = self.summary()["model"]
+        """One line: done / accuracy / correct of the scored samples / errors / cost. Every count
+        names its denominator, the scored samples (provider failures are not scored); an agent's
+        error is scored wrong and counted once, a provider failure only as one."""
+        model = self.model_label()
         k = self.epochs
         done = f"{len(self.results)}/{self.total}" if k == 1 else f"{len(self.results)}/{self.total * k} samples"
+        errors = self.agent_errors
         text = (
             f"evaluation {self.name}: {done} done · "
-            f"{self.score_line()} · {self.correct} correct ({_pct(self.correct, len(self.results))}) · "
-            f"{self.errors} errors · ${self.cost:.4f}"
+            f"{self.score_line()} · {self.correct} of {self.scored} scored samples correct · "
+            f"{errors} error{'' if errors == 1 else 's'} (scored wrong) · ${self.cost:.4f}"
         )
         if self.infra_errors:
-            text += f" · {self.infra_errors} provider failures (not scored)"
+            n = self.infra_errors
+            text += f" · {n} provider failure{'' if n == 1 else 's'} (not scored)"
         if model:
             text += f" · model {model}"
         if self.stopped:
@@ -469,16 +486,19 @@ class ResultsTable:
                 str(r.tokens),
                 f"${r.cost:.4f}",
                 f"{r.seconds:.2f}s",
-                f"<code>{esc(r.run_id or '')}</code>",
+                f"<code data-run='{esc(r.run_id)}' title='open this run'>{esc(r.run_id)}</code>" if r.run_id else "",
                 esc((r.error or "")[:160]),
             ]
-            body.append("<tr>" + "".join(f"<td style='text-align:left'>{c}</td>" for c in cells) + "</tr>")
+            # the row opens its run (JupyterLab: the trajectory with its score, "context" and Fork)
+            link = f" data-run='{esc(r.run_id)}' title='open the run of {esc(r.key)}'" if r.run_id else ""
+            body.append(f"<tr{link}>" + "".join(f"<td style='text-align:left'>{c}</td>" for c in cells) + "</tr>")
         more = f"<p>… {len(self.results) - limit} more rows (to_pandas())</p>" if len(self.results) > limit else ""
         return (
             f"<div class='tea-eval'><b>{esc(self.headline())}</b>"
             + (f"<div>{level_text}</div>" if level_text else "")
             + f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>{more}"
-            + "<div style='font-size:85%;color:#57606a'>open a task's run: <code>results.browse()</code> (pick a "
+            + "<div style='font-size:85%;color:#57606a'>open a task's run: click its row (JupyterLab), "
+            "<code>results.browse()</code> (pick a "
             "row, its trajectory renders below), <code>results.trajectory(task_id)</code> or "
             "<code>ws.trajectory(run_id)</code></div></div>"
         )

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable
 
 from tea_notebook.errors import NotFoundError, TeaError
+from tea_notebook.evolve.gate import CANDIDATE, evolution_metadata, is_candidate
 from tea_notebook.protocol.records import AgentRecord
 
 if TYPE_CHECKING:
@@ -198,8 +199,13 @@ class AgentBank:
         source_run: str = "",
         *,
         available_tools: Iterable[Any] | None = None,
+        candidate: bool = False,
+        made_from: list[str] | None = None,
     ) -> AgentRecord:
         """Store an expert spec as an ACP agent card and return it.
+
+        ``candidate=True`` stores it as a candidate of the promotion gate (:mod:`tea_notebook.evolve.gate`):
+        :meth:`find` leaves it out until the gate promotes it; ``made_from``: the tasks it was made for.
 
         The name comes from the role. A spec whose role is already in the bank with other content
         becomes a new version of that agent (history kept, rollback works); an identical spec adds
@@ -222,6 +228,16 @@ class AgentBank:
         runs = list(current.metadata.get("source_runs", [])) if current is not None else []
         if source_run and source_run not in runs:
             runs.append(source_run)
+        metadata: dict[str, Any] = {"expert": spec.to_dict(), "source_run": source_run, "source_runs": runs}
+        if candidate:
+            metadata = evolution_metadata(
+                metadata,
+                candidate=True,
+                tasks=list(made_from or []),
+                runs=[source_run],
+                parent=current.version if current is not None else None,
+                routed=False,
+            )
         record = AgentRecord(
             name=name,
             description=spec.expertise,
@@ -230,18 +246,21 @@ class AgentBank:
             tools=list(spec.tools),
             origin=ORIGIN,
             category="expert",
-            metadata={"expert": spec.to_dict(), "source_run": source_run, "source_runs": runs},
+            metadata=metadata,
         )
         note = "new expert spec" if current is None else "revised expert spec"
         return self.registry.register(record, note=f"{note} from run {source_run}" if source_run else note)
 
     def find(self, sub_task: str, threshold: float | None = None) -> tuple[AgentRecord, float] | None:
         """The evolved expert most similar to ``sub_task`` and its cosine, if that cosine exceeds δ
-        (``threshold``, default :attr:`threshold`); None when no expert passes (create one then)."""
+        (``threshold``, default :attr:`threshold`); None when no expert passes (create one then).
+        Candidates of the promotion gate are left out until promoted."""
         if not isinstance(sub_task, str) or not sub_task.strip():
             raise AgentBankError("find needs a non-empty sub-task description")
         limit = self.threshold if threshold is None else threshold
-        hits = self.registry.similar(sub_task, k=1, threshold=limit, origin=ORIGIN)
+        held = self.workspace.db.count_heads(self.registry.kind, "$.metadata.evolution.status", CANDIDATE)
+        hits = self.registry.similar(sub_task, k=1 + held, threshold=limit, origin=ORIGIN)
+        hits = [h for h in hits if not is_candidate(h[0])][:1]
         if hits and hits[0][1] > limit:
             return hits[0]
         return None

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 from pydantic import ValidationError
 
 from tea_notebook.errors import NotFoundError, TeaError
+from tea_notebook.evolve.gate import CANDIDATE, is_candidate
 from tea_notebook.protocol.records import ExperienceRecord
 from tea_notebook.redaction import redact
 
@@ -458,7 +459,8 @@ class ExperienceMemory:
     def matches(
         self, query: str, kind: str | None = None, k: int = 3, threshold: float | None = None
     ) -> list[tuple[ExperienceRecord, float]]:
-        """Enabled entries similar to ``query`` with their cosine, best first; not counted as retrievals."""
+        """Enabled entries similar to ``query`` with their cosine, best first; not counted as retrievals.
+        Candidates of the promotion gate (:mod:`tea_notebook.evolve.gate`) are left out until promoted."""
         if kind is not None:
             _check_kind(kind)
         if not isinstance(query, str) or not query.strip():
@@ -469,7 +471,9 @@ class ExperienceMemory:
         if kind is not None:
             where["kind"] = kind
         limit = self.threshold if threshold is None else threshold
-        return self.registry.similar(query, k, limit, **where)
+        held = self.workspace.db.count_heads(self.registry.kind, "$.metadata.evolution.status", CANDIDATE)
+        hits = self.registry.similar(query, k + held, limit, **where)
+        return [(r, s) for r, s in hits if not is_candidate(r)][:k]
 
     def retrieve(
         self, query: str, kind: str | None = None, k: int = 3, threshold: float | None = None
@@ -564,7 +568,9 @@ class ExperienceMemory:
     def _merge(self, existing: ExperienceRecord, new: ExperienceRecord, cosine: float) -> ExperienceRecord:
         runs = list(existing.source_runs or ([existing.source_run] if existing.source_run else []))
         runs += [r for r in new.source_runs if r not in runs]
-        metadata = {**new.metadata, **existing.metadata, "merges": int(existing.metadata.get("merges", 0)) + 1}
+        # the lineage ("evolution") is the existing entry's: a merge does not make it a candidate again
+        fresh = {k: v for k, v in new.metadata.items() if k != "evolution"}
+        metadata = {**fresh, **existing.metadata, "merges": int(existing.metadata.get("merges", 0)) + 1}
         merged = existing.model_copy(
             update={
                 "use_cases": _unique([*existing.use_cases, *new.use_cases]),

@@ -36,6 +36,17 @@ from tea_notebook.errors import EvolutionError, TeaError
 from tea_notebook.evolve import prompts
 from tea_notebook.evolve.agent_bank import AgentBank, ExpertSpec, check_spec
 from tea_notebook.evolve.experience import experiences_of
+from tea_notebook.evolve.gate import (
+    PROMOTED,
+    UNMEASURED,
+    UNMEASURED_NOTE,
+    GateDecision,
+    LeakageError,
+    evolution_metadata,
+    is_candidate,
+    leaked,
+    registry_of,
+)
 from tea_notebook.evolve.judge import Judgement, check_judgement
 from tea_notebook.evolve.llm import ask_json, require_model
 from tea_notebook.evolve.trace import (
@@ -51,6 +62,7 @@ from tea_notebook.runtime.event_types import ErrorEvent
 from tea_notebook.runtime.runlog import Process
 
 if TYPE_CHECKING:
+    from tea_notebook.evolve.gate import PromotionGate
     from tea_notebook.evolve.toolmaker import Creation, ToolMaker
     from tea_notebook.models.client import ModelClient
     from tea_notebook.protocol.context import Context
@@ -70,6 +82,13 @@ class Mem2Evolve:
     cards); ``top_k`` is K; ``max_steps`` bounds each agent run; ``max_fixes`` bounds the tool
     manager's and the validation's fix loops; ``approval="manual"`` holds new tools and fixed
     versions for a person's ``accept()``; ``experience_k`` entries of each kind go into a prompt.
+
+    ``gate``: a :class:`~tea_notebook.evolve.gate.PromotionGate` (``ws.promotion_gate(held_out, ...)``).
+    With one, the tools a task creates are candidates, offered only by name, and so are the new
+    experiences it writes and the experts it creates (left out of retrieval); after the task the
+    gate evaluates each on its held-out tasks and promotes it only on a measured gain (the decisions
+    are in :attr:`promotions` and the run's ``promotion_gate`` steps). Without one, tools are offered
+    at once, as before, and the run says in a ``promotion`` step that promotion is unmeasured.
     """
 
     def __init__(
@@ -87,6 +106,7 @@ class Mem2Evolve:
         max_subtasks: int = 6,
         retries: int = 2,
         client: "ModelClient | None" = None,
+        gate: "PromotionGate | None" = None,
     ):
         from tea_notebook.evolve.toolmaker import ToolMaker
 
@@ -96,8 +116,16 @@ class Mem2Evolve:
         self.delta, self.top_k, self.max_steps, self.max_fixes = delta, top_k, max_steps, max_fixes
         self.approval, self.agent_delta, self.experience_k = approval, agent_delta, experience_k
         self.max_subtasks, self.retries = max_subtasks, retries
+        self.gate = gate
+        self.promotions: dict[str, GateDecision] = {}  # asset name -> the gate's latest decision
         self.maker: "ToolMaker" = ToolMaker(
-            ws, model=model, client=client, max_fixes=max_fixes, approval=approval, retries=retries
+            ws,
+            model=model,
+            client=client,
+            max_fixes=max_fixes,
+            approval=approval,
+            retries=retries,
+            candidate=gate is not None,
         )
         self.bank = AgentBank(ws) if agent_delta is None else AgentBank(ws, threshold=agent_delta)
         self.trace: Trace | None = None  # the task the step-by-step methods work on
@@ -124,6 +152,11 @@ class Mem2Evolve:
             raise ValueError("Mem2Evolve.run needs a non-empty task")
         gt = None if ground_truth is None else str(ground_truth)
         require_model(self.ws, self.model, PROCESS)
+        if self.gate is not None:  # refused before anything runs: its tools could never be measured fairly
+            overlap = leaked(self.gate.tasks, [task])
+            if overlap:
+                raise LeakageError("the tools this task would make", overlap)
+        self.maker.made_from = [task]
         async with Process(self.ws, PROCESS, task, model=self.model, context=context, client=self.client) as proc:
             trace = self.trace = Trace(task, run_id=proc.run_id)
             await self._plan(proc, trace)
@@ -137,6 +170,7 @@ class Mem2Evolve:
             proc.check_stop()
             await self._validate(proc, trace, trace.created_tools, judgement)
             await self._reflect(proc, trace, judgement)
+            await self._promote(proc, trace)
             result = self._result(trace)
             proc.finish("success" if judgement.success else "failed", result.answer)
         return result
@@ -356,7 +390,13 @@ class Mem2Evolve:
                 retries=self.retries,
             )
             spec = ExpertSpec.from_dict(value, tools)
-            record = self.bank.add(spec, source_run=proc.run_id, available_tools=tools)
+            record = self.bank.add(
+                spec,
+                source_run=proc.run_id,
+                available_tools=tools,
+                candidate=self.gate is not None,
+                made_from=[trace.task],
+            )
             score = None
             proc.step(
                 "create_agent",
@@ -572,6 +612,25 @@ class Mem2Evolve:
         trace.validations = out
         return out
 
+    async def _promote(self, proc: Process, trace: Trace) -> None:
+        """The gate on every candidate the task made (tools, then experiences); without a gate, say
+        that promotion is unmeasured."""
+        created = unique(trace.created_tools)
+        if self.gate is None:
+            if created:
+                proc.step("promotion", {"tools": created}, UNMEASURED_NOTE)
+            return
+        lessons = unique(e.name for e in trace.experiences if is_candidate(e))
+        for kind, names in (("tool", created), ("experience", lessons), ("agent", unique(trace.new_agents))):
+            for name in names:
+                proc.check_stop()
+                record = registry_of(self.ws, kind).current(name)
+                if record is None or not is_candidate(record):
+                    continue
+                decision = await self.gate.acheck(name, kind=kind)
+                self.promotions[name] = decision
+                proc.step("promotion_gate", {kind: name, "decision": decision.id}, decision.message)
+
     def _version_maker(
         self,
         proc: Process,
@@ -603,12 +662,19 @@ class Mem2Evolve:
                 },
             )
             function = report.get("function") or rec.entrypoint.partition(":")[2] or rec.name
+            metadata = {**rec.metadata, "provenance": provenance}
+            if isinstance(metadata.get("evolution"), dict):  # the lineage: this fix replaced rec's version
+                metadata["evolution"] = {**metadata["evolution"], "parent": rec.version, "runs": [proc.run_id]}
+                metadata["evolution"].pop("promotes", None)
+                metadata["evolution"].pop("gate", None)
+                if metadata["evolution"].get("status") == PROMOTED:  # a changed tool is not what was measured
+                    metadata["evolution"]["status"] = UNMEASURED
             record = rec.model_copy(
                 update={
                     "source": code,
                     "source_hash": hashlib.sha256(code.encode()).hexdigest(),
                     "entrypoint": f"source:{function}",
-                    "metadata": {**rec.metadata, "provenance": provenance},
+                    "metadata": metadata,
                 }
             )
             stored = self.ws.tools.register(
@@ -693,8 +759,13 @@ class Mem2Evolve:
             parse_markdown(markdown)
         written: list["ExperienceRecord"] = []
         for kind, markdown, run, outcome, extra in drafts:
+            metadata: dict[str, Any] = {"task": trace.task}
+            if self.gate is not None:  # a new lesson is retrieved only once the gate promotes it
+                metadata = evolution_metadata(
+                    metadata, candidate=True, tasks=[trace.task], runs=[run], parent=None, routed=False
+                )
             record, merged = experiences_of(self.ws).from_markdown(
-                kind, markdown, source_run=run, outcome=outcome, metadata={"task": trace.task}, **extra
+                kind, markdown, source_run=run, outcome=outcome, metadata=metadata, **extra
             )
             written.append(record)
             if merged:

@@ -34,6 +34,7 @@ from tea_notebook._safe_open import Beneath, write_beneath
 from tea_notebook._sync import run_sync
 from tea_notebook.errors import EnvironmentFailure, EvolutionError, TeaError
 from tea_notebook.evolve import prompts
+from tea_notebook.evolve.gate import evolution_metadata
 from tea_notebook.evolve.llm import ask_json, require_model
 from tea_notebook.protocol.records import NAME_PATTERN, ToolRecord
 from tea_notebook.runtime.event_types import ToolCreatedEvent, ToolDiscardedEvent, ToolReusedEvent
@@ -164,7 +165,10 @@ class ToolMaker:
     """Creates tools on demand (``ws.tools.create`` and the tool-manager agent use one).
 
     ``approval="manual"`` stops before registering: the :class:`Creation`'s candidates wait for
-    ``accept()``, ``edit(code)`` or ``reject(reason)``.
+    ``accept()``, ``edit(code)`` or ``reject(reason)``. ``candidate=True`` registers what passes as a
+    candidate of the promotion gate (:mod:`tea_notebook.evolve.gate`): offered only by name until a
+    held-out evaluation shows it helps. ``made_from``: tasks besides the request that the tools are
+    made for (the gate refuses a held-out set that contains one).
     """
 
     def __init__(
@@ -178,12 +182,15 @@ class ToolMaker:
         k: int = 8,
         timeout: float = 10.0,
         retries: int = 2,
+        candidate: bool = False,
+        made_from: list[str] | None = None,
     ):
         if approval not in ("auto", "manual"):
             raise ValueError("approval must be 'auto' or 'manual'")
         self.ws, self.model, self.client = ws, model, client
         self.max_fixes, self.approval, self.k = max_fixes, approval, k
         self.timeout, self.retries = timeout, retries
+        self.candidate, self.made_from = candidate, list(made_from or [])
 
     # -- public --------------------------------------------------------------------------------
     def create(self, request: str | dict[str, Any], *, context: "Context | None" = None) -> Creation:
@@ -494,7 +501,8 @@ class ToolMaker:
                 raise JSONSchemaError("not an object schema")
         except JSONSchemaError:
             schema = _schema_from_spec(cand.spec)
-        existed = cand.name in self.ws.tools
+        previous = self.ws.tools.current(cand.name)
+        existed = previous is not None
         run_id = proc.run_id if proc is not None else (creation.run_id if creation else "")
         record = ToolRecord(
             name=cand.name,
@@ -509,21 +517,29 @@ class ToolMaker:
             category=str(cand.spec.get("category") or "generated"),
             trusted=True,
             permissions=[],
-            metadata={
-                "provenance": {
-                    "run": run_id,
-                    "step": proc.steps if proc is not None else None,
-                    "model": proc.model if proc is not None else self.model,
-                    "tests": cand.tests,
-                    "test_output": cand.test_output,
-                    "fix_iterations": cand.fix_iterations,
-                    "first_pass": cand.first_pass,
-                    "approved_by": approved_by,
-                    "spec": cand.spec,
-                }
-            },
+            metadata=evolution_metadata(
+                {
+                    "provenance": {
+                        "run": run_id,
+                        "step": proc.steps if proc is not None else None,
+                        "model": proc.model if proc is not None else self.model,
+                        "tests": cand.tests,
+                        "test_output": cand.test_output,
+                        "fix_iterations": cand.fix_iterations,
+                        "first_pass": cand.first_pass,
+                        "approved_by": approved_by,
+                        "spec": cand.spec,
+                    }
+                },
+                candidate=self.candidate,
+                tasks=[creation.request if creation else "", *self.made_from],
+                runs=[run_id],
+                parent=previous.version if previous is not None else None,
+            ),
         )
         note = f"created by the tool manager (run {run_id})" + (", a new version" if existed else "")
+        if self.candidate:
+            note += ", a candidate of the promotion gate"
         cand.tool = self.ws.tools.register(record, note=note)
         cand.status = "registered"
         message = f"registered {cand.name} v{cand.tool.version}" + (

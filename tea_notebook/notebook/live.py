@@ -31,6 +31,8 @@ from tea_notebook.runtime.event_types import EventType, RunStatus
 from tea_notebook.runtime.events import Event
 from tea_notebook.runtime.render import (
     CSS,
+    compared_fork,
+    divergence_item,
     esc_str,
     field_text,
     header_html,
@@ -81,6 +83,23 @@ def kernel_id() -> str | None:
     return found.group(1) if found else None
 
 
+def cell_id() -> str | None:
+    """The id of the notebook cell being run (JupyterLab and Notebook 7 send it with the execute
+    request as ``metadata.cellId``); None outside a kernel or when the front end sent none. A page
+    reloaded mid-run finds the cell a live view belongs to by it."""
+    if "ipykernel" not in sys.modules:
+        return None
+    try:
+        from IPython import get_ipython
+
+        kernel = getattr(get_ipython(), "kernel", None)
+        parent = kernel.get_parent() if kernel is not None else None
+    except Exception:  # noqa: BLE001 - not in a kernel that keeps its request
+        return None
+    found = ((parent or {}).get("metadata") or {}).get("cellId")
+    return found if isinstance(found, str) and re.fullmatch(r"[0-9A-Za-z_-]{1,64}", found) else None
+
+
 def stop_button_html(kernel: str) -> str:
     """The Stop button for the kernel ``kernel`` (an id as the server names it)."""
     if not re.fullmatch(r"[0-9A-Za-z-]+", kernel):
@@ -107,6 +126,10 @@ class _RunState:
         self.threads: dict[str, dict[str, Any]] = {}  # CORAL
         self.messages: list[dict[str, Any]] = []
         self.timed_actions: list[tuple[float, dict[str, Any]]] = []
+        #: why it stopped, when interrupted ("stopped by the user", "interrupted: the kernel restarted")
+        self.stop_reason = ""
+        #: a fork's departure from its original so far (the payload's ``divergence``), None: no compared fork
+        self.divergence: dict[str, Any] | None = None
 
 
 #: the events that end a wait for a model's reply (the countdown stops)
@@ -117,6 +140,17 @@ _ANSWERED: frozenset[EventType] = frozenset({"model_response", "run_finished", "
 LIVE_LINES = 4
 LIVE_MESSAGES = 3
 LIVE_CHILDREN = 5
+
+
+def tick_interval(running_for: float) -> float:
+    """Seconds until the next tick of a view whose longest call has run ``running_for`` seconds: every
+    second for 10 s, then every 5 s (its seconds show in the HTML; the extension counts them itself)."""
+    return 1.0 if running_for < 10 else 5.0
+
+
+def running_text(name: str, seconds: float) -> str:
+    """How a tool call still running is shown: "very_slow running 3 s…"."""
+    return f"{name} running {seconds:.0f} s…"
 
 
 def _step_line(step: StepView) -> str:
@@ -151,6 +185,7 @@ class LiveView:
         self.background = background
         self.kernel = None if background else kernel if kernel is not None else kernel_id()
         self._parent = display_parent()
+        self.cell = cell_id()
         self.stopping = False
         self.runs: dict[str, _RunState] = {}
         self.root: str | None = None
@@ -165,6 +200,9 @@ class LiveView:
         self.waiting: dict[str, tuple[float, float, int]] = {}
         self._ticking = False
         self._closed = False
+        #: tool calls that have not returned, by call id: (run, step, tool name, wall-clock start)
+        self.running: dict[str, tuple[str, int, str, float]] = {}
+        self._flush: threading.Timer | None = None  # the update that sends events the throttle held back
         #: what changed since the last update: runs (with their ancestors) and steps, by run
         self._changed_runs: set[str] = set()
         self._changed_steps: dict[str, set[int]] = {}
@@ -184,6 +222,24 @@ class LiveView:
             self._dirty = True
         if time.monotonic() - self._last >= self.interval or event.type == "run_finished":
             self.refresh()
+        else:
+            self._flush_later()
+
+    def _flush_later(self) -> None:
+        """Send what the throttle held back once the interval has passed, even if no event follows (a
+        step whose tool runs for minutes shows at once, not when the tool returns)."""
+        if self._flush is not None or self._handle is None or self._closed:
+            return
+        wait = max(0.0, self.interval - (time.monotonic() - self._last))
+
+        def flush() -> None:
+            self._flush = None
+            if not self._closed:
+                self.refresh()
+
+        self._flush = threading.Timer(wait, flush)
+        self._flush.daemon = True
+        self._flush.start()
 
     def _apply(self, e: Event) -> None:
         d = e.data
@@ -192,6 +248,10 @@ class LiveView:
             self.runs[e.run_id] = _RunState(d.get("agent", ""), d.get("task", ""), d.get("model", ""), parent)
             self.runs[e.run_id].note = d.get("note") or ""
             self.runs[e.run_id].staged = bool(d.get("process"))
+            source = compared_fork(d)
+            if source is not None:
+                unit = "message" if d.get("fork_unit") == "messages" else "step"
+                self.runs[e.run_id].divergence = divergence_item(source, unit)
             if parent:
                 self.runs[parent].children.append(e.run_id)
             elif self.root is None:
@@ -203,6 +263,11 @@ class LiveView:
             return
         if e.type == "notice":  # said in the header while it matters (litellm's first import)
             run.note = str(d.get("message") or "")
+            self._touch(e.run_id)
+            return
+        if e.type == "diverged":  # said in the header at once, where the fork first departed
+            unit = run.divergence["unit"] if run.divergence else "step"
+            run.divergence = divergence_item(str(d.get("source", "")), unit, {"step": e.step, **d})
             self._touch(e.run_id)
             return
         self._touch(e.run_id, e.step)
@@ -231,7 +296,11 @@ class LiveView:
             action = {"id": d["id"], "name": d["name"], "arguments": d["arguments"], "observation": "…"}
             step.actions.append(action)
             run.timed_actions.append((e.time, action))
+            if not d.get("replayed"):  # a replayed call returns at once, with its stored result
+                self.running[d["id"]] = (e.run_id, step.number, str(d["name"]), e.time)
+                self._tick()
         elif e.type == "tool_result" and step is not None:
+            self.running.pop(d["id"], None)
             step.add_tool_result(e.time, d.get("latency"))
             for a in step.actions:
                 if a.get("id") == d["id"]:
@@ -254,6 +323,11 @@ class LiveView:
             step.errors.append(d.get("message", ""))
         elif e.type == "run_finished":
             run.status = d.get("status", "error")
+            if run.status == "interrupted":
+                run.stop_reason = str(d.get("error") or "")
+            for call, (owner, *_rest) in list(self.running.items()):
+                if owner == e.run_id:  # it ended: whatever it still runs is no longer its live step
+                    del self.running[call]
 
     def _touch(self, run_id: str, step: int | None = None) -> None:
         """Mark a run (and the runs above it: the update nests) and one of its steps as changed."""
@@ -363,6 +437,8 @@ class LiveView:
                 extra += "<span class='muted'>in the background: Stop below, or handle.cancel()</span>"
             if status == "running" and self.waiting:
                 extra += self._countdown()
+            if status == "running" and self.running:
+                extra += self._running_html()
             if status == "running" and not self.stopping and not self.background:
                 extra += "<span class='muted'>interrupt the kernel (■) to stop</span>"
                 if self.kernel:
@@ -412,6 +488,21 @@ class LiveView:
             return _Nothing()
         return self.summary()
 
+    def running_calls(self, now: float | None = None) -> dict[str, float]:
+        """Seconds each tool call still running has run so far, by call id (lock held or not: a copy)."""
+        now = time.time() if now is None else now
+        return {call: max(0.0, now - started) for call, (_r, _s, _n, started) in list(self.running.items())}
+
+    def _running_html(self) -> str:
+        """The note "step 1: very_slow running 3 s…" for the tool calls still running (lock held)."""
+        now = time.time()
+        parts = []
+        for run_id, step, name, started in list(self.running.values())[:3]:
+            who = "" if run_id == self.root else f"{self.runs[run_id].agent}'s " if run_id in self.runs else ""
+            parts.append(f"{who}step {step}: {running_text(name, now - started)}")
+        more = f" (+{len(self.running) - 3})" if len(self.running) > 3 else ""
+        return f"<span class='tea-running' style='color:#0969da'>{esc_str('; '.join(parts))}{more}</span>"
+
     def _countdown(self) -> str:
         """The note "waiting for the model: 57 s left of 60 s" for the longest-waiting model call (lock held)."""
         deadline, timeout, retries = min(self.waiting.values())
@@ -423,21 +514,26 @@ class LiveView:
         return f"<span class='tea-wait' style='color:#9a6700'>{text}</span>"
 
     def _tick(self) -> None:
-        """While a model call is waited for, refresh once a second so its countdown moves."""
+        """While a model call is waited for or a tool call runs, refresh now and then so the countdown
+        and the running seconds move (see :func:`tick_interval`); an update that only ticks carries
+        the run's header and no step, so a long call costs a few hundred bytes a tick."""
         if self._ticking or self._handle is None:
             return
         self._ticking = True
 
         def tick() -> None:
             try:
-                while self.waiting and not self._closed:
-                    time.sleep(1.0)
-                    if self._closed or not self.waiting:
+                while (self.waiting or self.running) and not self._closed:
+                    longest = max(self.running_calls().values(), default=0.0)
+                    time.sleep(1.0 if self.waiting else tick_interval(longest))
+                    if self._closed or not (self.waiting or self.running):
                         break
                     self._dirty = True
                     self.refresh()
             finally:
                 self._ticking = False
+            if (self.waiting or self.running) and not self._closed:  # a call began as this loop ended
+                self._tick()
 
         threading.Thread(target=tick, name="tea-live-countdown", daemon=True).start()
 
@@ -470,6 +566,8 @@ class LiveView:
         """Replace the live view with ``final`` (a displayable), or refresh it one last time with the
         whole trajectory (payload and HTML), so that what stays in the notebook is all of the run."""
         self._closed = True
+        if self._flush is not None:
+            self._flush.cancel()
         if self._handle is not None and final is not None:
             self._update(final)
         elif self._handle is not None:

@@ -75,6 +75,24 @@ def _header(view: "LiveView", run_id: str, whole: bool) -> dict[str, Any]:
         cost=run.cost,
         note=run.note,
     )
+    if run.stop_reason:  # why an interrupted run stopped ("interrupted: the kernel restarted")
+        out["stop_reason"] = run.stop_reason
+    sent = view._sent.get(run_id)
+    if run.divergence is not None and (whole or sent is None or sent.get("divergence") != run.divergence):
+        out["divergence"] = run.divergence  # a fork's departure: sent whole, and again only when it changes
+        if sent is not None and not whole:
+            sent["divergence"] = run.divergence
+    return out
+
+
+def _step(step: Any, running: dict[str, float]) -> dict[str, Any]:
+    """A step of the payload; an action still running carries ``running_for`` (seconds so far: the
+    extension counts on from there, so a tick need not send the step again)."""
+    out = step_payload(step)
+    if running:
+        for action, shown in zip(step.actions, out["actions"]):
+            if action.get("id") in running:
+                shown["running_for"] = round(running[action["id"]], 1)
     return out
 
 
@@ -86,9 +104,10 @@ def _run_payload(view: "LiveView", run_id: str, remember: bool = False) -> dict[
     messages = _messages(view, run, children)
     if remember:
         _remember(view, run_id, run, threads, messages)
+    running = view.running_calls()
     return {
         **_header(view, run_id, whole=True),
-        "steps": [step_payload(s) for s in steps],
+        "steps": [_step(s, running) for s in steps],
         "stages": [stage_payload(st) for st in run.stages],
         "threads": threads,
         "messages": messages,
@@ -102,6 +121,7 @@ def _remember(view: "LiveView", run_id: str, run: Any, threads: list[dict], mess
         "stages": len(run.stages),
         "threads": {t["id"]: json.dumps(t, sort_keys=True, default=str) for t in threads},
         "messages": {m["seq"]: json.dumps(m, sort_keys=True, default=str) for m in messages},
+        "divergence": run.divergence,
     }
 
 
@@ -125,7 +145,8 @@ def _run_delta(
     numbers = sorted(n for n in steps.get(run_id, ()) if n in run.steps)
     shown = [run.steps[n] for n in numbers]
     children = [c for c in run.children if c in view.runs]
-    out = {**_header(view, run_id, whole=False), "partial": True, "steps": [step_payload(s) for s in shown]}
+    running = view.running_calls()
+    out = {**_header(view, run_id, whole=False), "partial": True, "steps": [_step(s, running) for s in shown]}
     if len(run.stages) > sent["stages"]:
         out["stages"] = [stage_payload(st) for st in run.stages[sent["stages"] :]]
         sent["stages"] = len(run.stages)
@@ -222,6 +243,8 @@ class LiveBundle:
                 meta["seq"] = self.seq
             if self.base is not None:
                 meta["base"] = self.base
+            if self.view.cell:  # the cell it belongs to: a page reloaded mid-run puts the view back in it
+                meta["cell"] = self.view.cell
             metadata[MIME_TYPE] = meta
         return data, metadata
 

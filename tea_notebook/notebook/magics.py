@@ -22,6 +22,7 @@ from IPython.core.magic_arguments import MagicArgumentParser, argument, magic_ar
 from traitlets import Bool, Enum, Float, Integer, List, Unicode, observe
 
 from tea_notebook.errors import TeaError
+from tea_notebook.flags import REPLAY, RESUME_FORCE
 from tea_notebook.notebook.agent_cell import (
     agent_for,
     agent_help,
@@ -39,9 +40,10 @@ HELP_TEMPLATE = """%tea subcommands:
   %tea envs [QUERY]           environments                  %tea memory [QUERY]   memory, experiences
   %tea toolkits [QUERY]       toolkits
   %tea runs [--limit N]       recent runs                   %tea show RUN         one run's trajectory
-  %tea fork RUN --step N [--rerun-from K] [--model M] [--task TEXT] [--quiet]
+  %tea fork RUN --step N [--rerun-from K] [--replay SPEC] [--model M] [--task TEXT] [--quiet]
                               replay RUN's first N steps (CORAL: messages), then go on live
-                              (--rerun-from K: run the stored tool calls of steps K..N again)
+                              (--rerun-from K: run the stored tool calls of steps K..N again;
+                              --replay recorded|live|refuse or work=recorded,*=live: how tools answer)
   %tea fork RUN --stage K [--model M] [--quiet]
                               a ToolSelf run again from the start of its stage K
   %tea fork RUN --step N --edit [observation|actions|context] [--action I]
@@ -53,14 +55,18 @@ HELP_TEMPLATE = """%tea subcommands:
                               what the model saw at step N: its parts, their sizes, what is new
   %tea branches RUN           a run's forks and resumes as a tree   %tea compare A B   two runs side by side
   %tea resume RUN [--quiet]   go on with an interrupted run (or one that ended in error); once per run;
-                              --rerun-unknown runs again calls its dead kernel left unfinished
+                              --rerun-unknown runs again calls its dead kernel left unfinished;
+                              --force goes on with a run folder changed by hand since the stop;
+                              --replay SPEC as for fork
   %tea jobs                   background runs (%%agent --background, agent.start) with Stop buttons
   %tea versions NAME          a tool's versions             %tea rollback NAME VERSION
   %tea workspace [PATH]       show or switch the workspace  %tea plot [RUN]       plot a run (or all runs)
   %tea create-tool [--manual] [--model M] [--max-fixes N] [--quiet] "WHAT THE TOOL SHOULD DO"
                               reuse a tool or write, test and register one (--manual: you approve it)
   %tea evolve [--ground-truth X] [--manual] [--model M] [--quiet] "TASK"
-                              run the Mem²Evolve co-evolution loop on a task
+                              run the Mem²Evolve co-evolution loop on a task; --held-out TASKS
+                              [--gate-agent A] [--level L] [--gate-epochs K] [--gate-scorer S]: new
+                              tools are candidates, promoted only on a measured held-out gain
   %tea stats                  tools created, reuse rate, first-pass validity, mean fix iterations
   %tea mcp add NAME [--env K=V] [--prefix P] [--timeout S] (--url URL | COMMAND [ARGS...])
                               register an MCP server's tools as toolkit NAME (stdio command or HTTP url)
@@ -76,7 +82,7 @@ HELP_TEMPLATE = """%tea subcommands:
 {doctor}
                               preflight a model: key, tool calls, JSON mode, context, latency, price
   %tea help
-Cell magics: %%tool [--name N] [--toolkit T] [--category C] [--idempotent]
+Cell magics: %%tool [--name N] [--toolkit T] [--category C] [--idempotent] [--process]
              %%agent [AGENT] [options] (see %%agent?)"""
 
 
@@ -318,7 +324,7 @@ class TeaMagics(Magics):
             raise UsageError(f"%tea create-tool: {_short(exc)}") from None
 
     FORK_USAGE = (
-        "usage: %tea fork RUN --step N [--rerun-from K] [--model M] [--task TEXT] [--quiet] · "
+        "usage: %tea fork RUN --step N [--rerun-from K] [--replay SPEC] [--model M] [--task TEXT] [--quiet] · "
         "%tea fork RUN --stage K · %tea fork RUN --step N --edit [observation|actions|context] [--action I]"
     )
 
@@ -337,6 +343,7 @@ class TeaMagics(Magics):
         parser.add_argument("--model", help="model for the steps after the fork (default: the forked run's model)")
         parser.add_argument("--task", nargs="+", help="a different task for the new run")
         parser.add_argument("--quiet", action="store_true", help="no live view")
+        REPLAY.add_to(parser)
         try:
             args = parser.parse_args(_split(tail))
         except (UsageError, SystemExit):
@@ -375,6 +382,7 @@ class TeaMagics(Magics):
                     task=task,
                     context=ctx,
                     raise_on_error=False,
+                    replay=args.replay,
                 ),
                 quiet=args.quiet,
             )
@@ -402,6 +410,7 @@ class TeaMagics(Magics):
                 task=task,
                 ws_name=name,
                 setup=setup,
+                replay=args.replay,
             )
         except TeaError as exc:
             raise UsageError(f"%tea fork --edit: {_short(exc, 600)}") from None
@@ -409,18 +418,10 @@ class TeaMagics(Magics):
         return Text(f"the cell below forks the run with {cell.what} edited: change it there, then run that cell")
 
     def _workspace_name(self, ws: Any) -> tuple[str, str]:
-        """How a prefilled cell names the magics' workspace: a variable already bound to it, else
-        ``ws`` (or ``tea_ws`` when ``ws`` is something else) bound by a setup line."""
-        ns = getattr(self.shell, "user_ns", {}) or {}
-        bound = [k for k, v in ns.items() if v is ws and k.isidentifier() and not k.startswith("_")]
-        if bound:
-            return ("ws" if "ws" in bound else sorted(bound)[0]), ""
-        name = "ws" if "ws" not in ns else "tea_ws"
-        from tea_notebook.protocol.current import current_workspace
+        """How a prefilled cell names the magics' workspace (see :func:`fork_cells.workspace_name`)."""
+        from tea_notebook.notebook.fork_cells import workspace_name
 
-        if current_workspace(required=False) is ws:
-            return name, f"import tea_notebook\n{name} = tea_notebook.current_workspace()  # the workspace %tea uses"
-        return name, f"{name} = get_ipython().magics_manager.registry['TeaMagics'].workspace  # the one %tea uses"
+        return workspace_name(getattr(self.shell, "user_ns", {}) or {}, ws)
 
     def _time_travel(self, cmd: str, tail: str) -> Any:
         """``%tea context RUN --step N [--stage S] [--run SUBRUN]``, ``%tea branches RUN``,
@@ -429,7 +430,7 @@ class TeaMagics(Magics):
             "context": "usage: %tea context RUN --step N [--stage S] [--run SUBRUN]",
             "branches": "usage: %tea branches RUN",
             "compare": "usage: %tea compare RUN_A RUN_B",
-            "resume": "usage: %tea resume RUN [--quiet] [--rerun-unknown]",
+            "resume": "usage: %tea resume RUN [--quiet] [--rerun-unknown] [--force] [--replay SPEC]",
         }[cmd]
         parser = MagicArgumentParser(prog=f"%tea {cmd}", add_help=False)
         parser.add_argument("runs", nargs="*")
@@ -440,6 +441,8 @@ class TeaMagics(Magics):
         if cmd == "resume":
             parser.add_argument("--quiet", action="store_true")
             parser.add_argument("--rerun-unknown", dest="rerun_unknown", action="store_true")
+            RESUME_FORCE.add_to(parser)
+            REPLAY.add_to(parser)
         try:
             args = parser.parse_args(_split(tail))
         except (UsageError, SystemExit):
@@ -461,7 +464,12 @@ class TeaMagics(Magics):
             result = self._drive(
                 ws,
                 lambda ctx: ws.resume(
-                    args.runs[0], context=ctx, raise_on_error=False, rerun_unknown=args.rerun_unknown
+                    args.runs[0],
+                    context=ctx,
+                    raise_on_error=False,
+                    rerun_unknown=args.rerun_unknown,
+                    force=args.force,
+                    replay=args.replay,
                 ),
                 quiet=args.quiet,
             )
@@ -472,7 +480,8 @@ class TeaMagics(Magics):
         return result
 
     def _evolve(self, tail: str) -> Any:
-        """``%tea evolve [--ground-truth X] [--manual|--auto] [--model M] [--quiet] TASK`` → an EvolutionResult."""
+        """``%tea evolve [--ground-truth X] [--manual|--auto] [--model M] [--quiet] [--held-out TASKS …] TASK`` →
+        an EvolutionResult (with ``--held-out``, the promotion gate's flags :data:`~tea_notebook.flags.EVOLVE_GATE`)."""
         parser = MagicArgumentParser(prog="%tea evolve", add_help=False)
         parser.add_argument("task", nargs="*")
         parser.add_argument("--ground-truth", dest="ground_truth", help="the expected answer (judged against it)")
@@ -481,17 +490,35 @@ class TeaMagics(Magics):
         mode.add_argument("--manual", action="store_true", help="new tools and fixed versions wait for approval")
         mode.add_argument("--auto", action="store_true", help="register what passes (overrides tool_approval)")
         parser.add_argument("--quiet", action="store_true", help="no live view")
+        from tea_notebook.flags import EVOLVE_GATE
+
+        for flag in EVOLVE_GATE:
+            flag.add_to(parser)
         args = parser.parse_args(_split(tail))
         task = " ".join(args.task).strip()
         if not task:
-            raise UsageError('usage: %tea evolve [--ground-truth X] [--manual] [--model M] "TASK"')
+            raise UsageError('usage: %tea evolve [--ground-truth X] [--manual] [--model M] [--held-out TASKS] "TASK"')
+        gate_options = [f.name for f in EVOLVE_GATE[1:] if getattr(args, f.dest) != f.default]
+        if gate_options and not args.held_out:
+            raise UsageError(
+                f"%tea evolve: {', '.join(gate_options)} configure the promotion gate: add --held-out TASKS"
+            )
         from tea_notebook.evolve.loop import Mem2Evolve
 
         ws = self.workspace
         model = self._model_for("evolve", args.model)
         try:
             approval = "manual" if args.manual else "auto" if args.auto else self.tool_approval
-            loop = Mem2Evolve(ws, model=model, approval=approval)
+            gate = None
+            if args.held_out:
+                gate = ws.promotion_gate(
+                    args.held_out,
+                    agent=args.gate_agent,
+                    level=args.level,
+                    epochs=args.gate_epochs,
+                    scorer=args.gate_scorer,
+                )
+            loop = Mem2Evolve(ws, model=model, approval=approval, gate=gate)
             return self._drive(ws, lambda ctx: loop.arun(task, args.ground_truth, context=ctx), quiet=args.quiet)
         except TeaError as exc:
             raise UsageError(f"%tea evolve: {_short(exc)}") from None
@@ -616,24 +643,26 @@ class TeaMagics(Magics):
         return rest[0]
 
     # -- %%tool ---------------------------------------------------------------------------
-    @magic_arguments()
-    @argument("--name", help="tool name (only when the cell defines one function)")
-    @argument("--toolkit", help="toolkit the tools belong to")
-    @argument("--category", default="general", help="category of the tools")
-    @argument(
-        "--idempotent",
-        action="store_true",
-        help="running a call twice is harmless: a resume may run again a call whose outcome is unknown",
-    )
     @no_var_expand
     @cell_magic
     def tool(self, line: str, cell: str) -> Any:
-        """Register the functions the cell defines as tools (their source kept exactly as written)."""
-        from tea_notebook.notebook.tool_cell import register_cell_tools
+        """Register the functions the cell defines as tools (their source kept exactly as written).
 
-        args = parse_argstring(self.tool, line)
+        %%tool [--name N] [--toolkit T] [--category C] [--idempotent] [--process]: the flags are
+        those of ``tea_notebook.flags.TOOL_CELL`` (``--process``: each call in a child process, so
+        Stop can end it)."""
+        from tea_notebook.notebook.tool_cell import parse_tool_line, register_cell_tools
+
+        args = parse_tool_line(line)
         registered = register_cell_tools(
-            self.shell, self.workspace, cell, args.name, args.toolkit, args.category, idempotent=args.idempotent
+            self.shell,
+            self.workspace,
+            cell,
+            args.name,
+            args.toolkit,
+            args.category,
+            idempotent=args.idempotent,
+            process=args.process,
         )
         return Listing(record_rows(registered), "registered tools")
 

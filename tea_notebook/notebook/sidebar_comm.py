@@ -4,9 +4,12 @@
 ``{"request": "state"}`` (the workspace's tools, agents, environments, runs and memory) or
 ``{"request": "trajectory", "run": ID}`` (a run's trajectory bundle, for a main-area panel) or
 ``{"request": "context", "run": ID, "step": N, "stage": ""}`` (what the model saw at a step, for the
-renderer's "context" button). After
-every cell the kernel sends the state again if it changed, so the sidebar refreshes when a run ends
-or a tool is created.
+renderer's "context" button), ``lineage`` / ``lineage_node`` / ``rollback`` (the Evolution section:
+:mod:`tea_notebook.notebook.sidebar_lineage`) or ``{"request": "edit_targets", "run": ID, "step": N}``
+(``"stage": K`` for a ToolSelf stage: the values "edit and fork" offers to edit) and
+``{"request": "fork_cell", ...}`` (the one cell that forks with the edited value, which the renderer inserts and runs).
+After every cell the kernel sends the state again if it changed, so the sidebar refreshes when a run
+ends or a tool is created.
 
 Why a comm and not an ``execute_request`` with ``user_expressions`` on each idle: the kernel can push
 (no polling, nothing added to the execution count or history), one message carries the whole state,
@@ -19,6 +22,8 @@ from __future__ import annotations
 import hashlib
 import json
 from typing import Any, Callable
+
+from tea_notebook.notebook.sidebar_lineage import REQUESTS as LINEAGE_REQUESTS
 
 TARGET = "tea_notebook.sidebar"
 #: items per section at most (the newest runs; registries by name)
@@ -185,9 +190,11 @@ def workspace_state(ws: Any) -> dict[str, Any]:
 class SidebarComms:
     """The open sidebar comms of one kernel, and what they were last sent."""
 
-    def __init__(self, workspace: Callable[[], Any]):
-        """``workspace``: returns the workspace the magics have open, or None (nothing opened yet)."""
+    def __init__(self, workspace: Callable[[], Any], naming: Callable[[Any], tuple[str, str]] | None = None):
+        """``workspace``: returns the workspace the magics have open, or None (nothing opened yet);
+        ``naming``: how a fork cell names that workspace (variable, setup lines), default ``ws``."""
         self.workspace = workspace
+        self.naming = naming
         self.comms: list[Any] = []
         self._sent: dict[int, str] = {}
 
@@ -214,10 +221,32 @@ class SidebarComms:
                 comm.send(self.trajectory(str(data.get("run", ""))))
             elif request == "context":
                 comm.send(self.context(data))
+            elif request in ("edit_targets", "fork_cell"):
+                comm.send(self.edit(request, data))
+            elif request in LINEAGE_REQUESTS:
+                self._lineage(comm, str(request), data)
             else:
                 comm.send({"type": "error", "message": f"unknown request {request!r}"})
         except Exception as exc:  # noqa: BLE001 - the sidebar shows the error; the kernel goes on
             comm.send({"type": "error", "message": f"{type(exc).__name__}: {_clip(exc, 300)}"})
+
+    def _lineage(self, comm: Any, request: str, data: dict[str, Any]) -> None:
+        """The Evolution section's requests (:mod:`tea_notebook.notebook.sidebar_lineage`); a bad one is an
+        error reply naming its request. An applied rollback changes the tools: the state follows it."""
+        from tea_notebook.errors import TeaError
+
+        ws = self.workspace()
+        if ws is None:
+            comm.send({"type": "error", "request": request, "message": "no workspace is open in this kernel"})
+            return
+        try:
+            reply = LINEAGE_REQUESTS[request](ws, data)
+        except TeaError as exc:
+            comm.send({"type": "error", "request": request, "message": _clip(exc, 600)})
+            return
+        comm.send(reply)
+        if reply.get("applied"):
+            self._send_state(comm)
 
     def trajectory(self, run: str) -> dict[str, Any]:
         """A run's trajectory as the sidebar opens it: the mime bundle's payload and metadata."""
@@ -259,6 +288,49 @@ class SidebarComms:
                 part["clipped"] = True
         return {"type": "context", **reply, "context": ctx}
 
+    def edit(self, request: str, data: dict[str, Any]) -> dict[str, Any]:
+        """The renderer's "edit and fork": ``edit_targets`` (the values a step, CORAL message or ToolSelf stage offers,
+        :func:`~tea_notebook.notebook.fork_cells.edit_targets`) or ``fork_cell`` (the complete cell that
+        forks with ``value`` as the edit of ``kind``, its ``action`` or ``field``, and ``replay``, the policy its
+        tools are answered by). Nothing is run or
+        written here: the renderer inserts the cell and runs it. A bad request is an error reply."""
+        from tea_notebook.errors import TeaError
+        from tea_notebook.notebook.fork_cells import edit_targets, fork_cell
+
+        run = str(data.get("run", ""))
+        step, stage = data.get("step"), data.get("stage")
+        reply: dict[str, Any] = {"request": request, "run": run, "step": step, "stage": stage}
+        ws = self.workspace()
+        if ws is None:
+            return {"type": "error", **reply, "message": "no workspace is open in this kernel"}
+        for name, number in (("step", step), ("stage", stage), ("action", data.get("action"))):
+            if number is not None and (isinstance(number, bool) or not isinstance(number, int)):
+                return {"type": "error", **reply, "message": f"the {name} is a whole number, not {number!r}"}
+        if (step is None) == (stage is None):
+            return {"type": "error", **reply, "message": "say where to fork: a step or a stage (one of them)"}
+        try:
+            if request == "edit_targets":
+                return {"type": "edit_targets", **reply, **edit_targets(ws, run, step=step, stage=stage)}
+            if "value" not in data:
+                return {"type": "error", **reply, "message": "no edited value was sent"}
+            ws_name, setup = self.naming(ws) if self.naming else ("ws", "")
+            cell = fork_cell(
+                ws,
+                run,
+                step=step,
+                stage=stage,
+                kind=str(data.get("kind") or ""),
+                action=data.get("action"),
+                value=data["value"],
+                field=str(data.get("field") or ""),
+                replay=data.get("replay"),
+                ws_name=ws_name,
+                setup=setup,
+            )
+        except TeaError as exc:
+            return {"type": "error", **reply, "message": _clip(exc, 600)}
+        return {"type": "fork_cell", **reply, "code": cell.code, "what": cell.what}
+
     def _send_state(self, comm: Any, force: bool = False) -> None:
         ws = self.workspace()
         if ws is None:
@@ -293,7 +365,9 @@ def register(shell: Any, workspace: Callable[[], Any]) -> SidebarComms | None:
         manager = comm_module.get_comm_manager()
     except Exception:  # noqa: BLE001 - no comm support in this kernel
         return None
-    comms = SidebarComms(workspace)
+    from tea_notebook.notebook.fork_cells import workspace_name
+
+    comms = SidebarComms(workspace, lambda ws: workspace_name(getattr(shell, "user_ns", {}) or {}, ws))
     manager.register_target(TARGET, comms.open)
     shell.events.register("post_run_cell", comms.post_run_cell)
     return comms

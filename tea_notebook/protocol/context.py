@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
     from tea_notebook.protocol.store_host import StoreHost
+
+#: the :meth:`Context.state` scopes that tools share (a toolkit's, a tool's own, see ``ToolContext.state``):
+#: the part of that state a step leaves for the next ones (others hold live objects of the runtime)
+TOOL_SCOPES = ("toolkit:", "tool:")
 
 
 class Context:
@@ -83,6 +89,40 @@ class Context:
         with self._lock:
             self._ran_ok = {n for n in self._ran_ok if not n.startswith(prefix)} if prefix else set()
 
+    def snapshot(self) -> dict[str, Any]:
+        """What this context carries from one step of a run to the next, as JSON: the names that have
+        succeeded (``succeeded``: the preconditions they satisfy) and the shared state of toolkits and
+        tools (``state``: scope -> state, see :data:`TOOL_SCOPES`). A scope whose state is not JSON is
+        left out and named in ``unkept`` (a fork or resume cannot restore it)."""
+        with self._lock:
+            succeeded = sorted(self._ran_ok)
+            states = {k: dict(v) for k, v in self._state.items() if k.startswith(TOOL_SCOPES)}
+        kept: dict[str, Any] = {}
+        unkept: list[str] = []
+        for scope, state in sorted(states.items()):
+            try:
+                kept[scope] = json.loads(json.dumps(state))
+            except (TypeError, ValueError):
+                unkept.append(scope)
+        out: dict[str, Any] = {"succeeded": succeeded, "state": kept}
+        if unkept:
+            out["unkept"] = unkept
+        return out
+
+    def restore(self, snapshot: dict[str, Any]) -> None:
+        """Take up a :meth:`snapshot`: what had succeeded then, and the toolkits' and tools' state
+        (each scope's dict keeps its identity: tools holding it see the restored values)."""
+        with self._lock:
+            self._ran_ok = set(snapshot.get("succeeded") or [])
+            saved = snapshot.get("state") or {}
+            kept = set(saved) | set(snapshot.get("unkept") or [])  # a state not recorded is left as it is
+            for scope in [k for k in self._state if k.startswith(TOOL_SCOPES) and k not in kept]:
+                self._state[scope].clear()
+            for scope, state in saved.items():
+                current = self._state.setdefault(scope, {})
+                current.clear()
+                current.update(json.loads(json.dumps(state)))
+
     def notice(self, kind: str, data: dict[str, Any]) -> None:
         """Tell the run this context belongs to that something happened (an event ``kind`` of the run,
         e.g. ``egress_refused``); nothing happens outside a run."""
@@ -114,6 +154,9 @@ class ToolContext:
     ``state`` is the shared state of the tool's toolkit within the current run context.
     ``cancelled`` turns true when the run is stopped: a long synchronous tool (a thread cannot be
     killed) should check it between steps and return without finishing its side effects.
+    ``folder`` is the calling run's own folder (what its per-step snapshots keep, so a fork or resume
+    restores what the tool wrote there); :meth:`write` and :meth:`read` stay beneath it whatever
+    name the model passes (no absolute path, no ``..`` out, no link planted there that leads out).
     """
 
     workspace: "StoreHost | None"
@@ -125,3 +168,38 @@ class ToolContext:
     def cancelled(self) -> bool:
         """True once the run (tree) that called this tool was stopped."""
         return self.context.cancel.is_set()
+
+    @property
+    def folder(self) -> Path | None:
+        """The folder of the run that called this tool (``runs/<run id>`` of the workspace), or None
+        when no run called it (``ws.tools.invoke`` in a cell)."""
+        node: Context | None = self.context
+        while node is not None and not node.is_run:
+            node = node.parent
+        if node is None or self.workspace is None:
+            return None
+        return Path(self.workspace.path) / "runs" / node.id
+
+    def write(self, name: str, data: bytes | str) -> Path:
+        """Write ``data`` (text as UTF-8) to the file ``name`` beneath the run's folder (folders on
+        the way are made) and return its path; a name that leads outside the folder, or no run,
+        raises :class:`~tea_notebook.errors.EnvironmentFailure` naming it (nothing is written)."""
+        from tea_notebook._safe_open import write_beneath
+
+        folder = self._own_folder()
+        return folder / write_beneath(folder, name, data)
+
+    def read(self, name: str, limit: int = 16 * 1024 * 1024) -> bytes | None:
+        """The bytes of the file ``name`` beneath the run's folder (None when there is none); a name
+        that leads outside it or a file larger than ``limit`` raises EnvironmentFailure."""
+        from tea_notebook._safe_open import read_beneath
+
+        return read_beneath(self._own_folder(), name, limit)
+
+    def _own_folder(self) -> Path:
+        from tea_notebook.errors import EnvironmentFailure
+
+        folder = self.folder
+        if folder is None:
+            raise EnvironmentFailure(f"tool {self.tool!r} was not called by a run: it has no run folder to use")
+        return folder

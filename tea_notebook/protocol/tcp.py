@@ -97,13 +97,16 @@ class ToolRegistry(Registry[ToolRecord]):
         approval: str = "auto",
         max_fixes: int = 3,
         context: Context | None = None,
+        candidate: bool = False,
     ) -> Any:
         """The tool manager: reuse a tool that covers ``request`` (a task, or a spec dict with
-        ``tool_name``), else write one, validate it in a confined sandbox and register it.
+        ``tool_name``), else write one, validate it in a confined sandbox and register it
+        (``candidate=True``: as a candidate of the promotion gate, offered only by name until promoted).
         Returns a :class:`~tea_notebook.evolve.toolmaker.Creation`."""
         if self.tool_maker is None:
             raise RegistryError("this tool registry has no tool manager (it comes with a Workspace)")
-        maker = self.tool_maker(self.workspace, model=model, approval=approval, max_fixes=max_fixes)
+        options: dict[str, Any] = {"candidate": True} if candidate else {}
+        maker = self.tool_maker(self.workspace, model=model, approval=approval, max_fixes=max_fixes, **options)
         return maker.create(request, context=context)
 
     def import_mcp(
@@ -410,11 +413,12 @@ class ToolRegistry(Registry[ToolRecord]):
                 raise RegistryError(f"tool {record.name!r} comes from an MCP server; this registry has no MCP client")
             clients = self.mcp()
             return lambda args: clients.call(record, args, context)
-        if record.origin == "generated" and trust_of(record) == "sandbox":
+        # a person's %%tool --process tool runs out of process too (so Stop can end it)
+        if (record.origin == "generated" and trust_of(record) == "sandbox") or record.metadata.get("process"):
             if self.executor is None:
                 raise RegistryError(
-                    f"generated tool {record.name!r} runs only in a sandbox, and this registry has none (open the "
-                    "workspace with tea_notebook.Workspace)"
+                    f"tool {record.name!r} runs only out of process, and this registry has no executor for that "
+                    "(open the workspace with tea_notebook.Workspace)"
                 )
             executor = self.executor()
             return lambda args: executor.call(record, args, context)

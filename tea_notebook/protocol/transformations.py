@@ -125,7 +125,8 @@ def t2a(
         model=model,
         category=records[0].category if records else "general",
         origin="tools",
-        metadata={"transformation": {"op": "T2A", "from": [f"tool:{n}" for n in names]}},
+        # "kind": an agent loop builds it from this card in any kernel (a new one has no runner for it)
+        metadata={"kind": "agent", "transformation": {"op": "T2A", "from": [f"tool:{n}" for n in names]}},
     )
     check_interface(ws, agent)
     return ws.agents.register(agent, note="T2A")
@@ -311,7 +312,7 @@ def e2a(ws: "RegistryHost", env: str, *, name: str | None = None, model: str | N
         model=model,
         category=rec.category,
         origin="environment",
-        metadata=_provenance("E2A", rec),
+        metadata={"kind": "agent", **_provenance("E2A", rec)},  # built from the card in any kernel
     )
     check_interface(ws, agent)
     return ws.agents.register(agent, note=f"E2A from environment {env}")

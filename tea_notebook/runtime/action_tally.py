@@ -5,7 +5,9 @@ An action *failed* when a tool ran and failed: it raised, timed out, or an envir
 (a precondition that did not hold). A call refused before anything ran — a name that was not
 offered, arguments that break the schema, a tool not bound to the run — is the model's mistake,
 shown to it as an observation: it says nothing about whether the task could be done, so a model
-that answers after one (from what it knows) may still succeed.
+that answers after one (from what it knows) may still succeed. Nor did a call a replay policy kept
+from running (``Refused``, ``NotRecorded``: see :mod:`tea_notebook.runtime.replay_policy`) fail: it
+is not counted either, and not taken for the model's mistake.
 """
 
 from __future__ import annotations
@@ -16,10 +18,16 @@ from typing import Iterable
 
 #: error types of a call that never reached the tool (the model's malformed call, not a tool failure)
 INVALID_CALL = frozenset({"ValidationError", "NotFoundError", "NotBoundError"})
+#: error types of a call a fork's replay policy kept from running (refused, or no recorded answer)
+NOT_RUN = frozenset({"Refused", "NotRecorded"})
+#: error types of a call that is not counted: it never reached the tool
+NOT_COUNTED = INVALID_CALL | NOT_RUN
 #: how a failed call's observation starts: ``InvokeResult.to_observation`` gives its error's type
 FAILED_CALL = re.compile(r"^Error(?: \((?P<type>[^)]*)\))?")
 #: the loop's observation for arguments that are not one JSON object (``AgentRun._not_an_object``)
 NOT_AN_OBJECT = re.compile(r"^Error: arguments of \S+ are not a JSON object")
+#: the observation of a call a replay policy kept from running (``replay_policy.refused`` and ``not_recorded``)
+NOT_RUN_OBSERVATION = re.compile(r"^Error: \S+ was not run: the replay policy ")
 #: the failed actions a note names, at most (its count covers every failure)
 NAMED = 5
 
@@ -38,8 +46,8 @@ class ActionTally:
 
     def ran(self, name: str, ok: bool, error_type: str | None = None) -> None:
         """Count a call: ``ok``, or failed with ``error_type`` (its error's class; a call refused
-        before it ran is not counted)."""
-        if name in self.ignored or (not ok and error_type in INVALID_CALL):
+        before it ran, or kept from running by a replay policy, is not counted)."""
+        if name in self.ignored or (not ok and error_type in NOT_COUNTED):
             return
         if ok:
             self.succeeded += 1
@@ -57,6 +65,8 @@ class ActionTally:
             text = str(observation)
             failed = FAILED_CALL.match(text)
             kind = "ValidationError" if NOT_AN_OBJECT.match(text) else failed["type"] if failed else None
+            if NOT_RUN_OBSERVATION.match(text):
+                kind = "Refused"
             self.ran(name, failed is None, kind)
 
     def verdict(self) -> str | None:
@@ -70,4 +80,4 @@ class ActionTally:
         return f"no action succeeded; {self.failures} tool {calls} failed: {listed}"
 
 
-__all__ = ["INVALID_CALL", "ActionTally"]
+__all__ = ["INVALID_CALL", "NOT_COUNTED", "NOT_RUN", "ActionTally"]

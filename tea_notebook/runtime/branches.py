@@ -1,9 +1,11 @@
 """A run's family and two runs side by side.
 
 :class:`Branches` is the tree of a run's forks and resumes (forks of forks too), each branch with
-its status, steps, tokens, cost and what its fork changed (``ws.branches(run)``, ``%tea branches
-RUN``). :class:`Comparison` puts two runs next to each other: the first step where they differ,
-then their steps from there, their answers, status and usage (``ws.compare(a, b)``).
+its status, steps, tokens, cost, what its fork changed and where it first departed from the run it
+was forked from (``ws.branches(run)``, ``%tea branches RUN``). :class:`Comparison` puts two runs next
+to each other: the first step where they differ and how (the comparison a fork makes live, see
+:mod:`tea_notebook.runtime.divergence`), then their steps from there, their answers, status and usage
+(``ws.compare(a, b)``).
 """
 
 from __future__ import annotations
@@ -15,6 +17,15 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 from tea_notebook.errors import NotFoundError
 from tea_notebook.models.client import display_name
+from tea_notebook.runtime.divergence import (
+    Divergence,
+    End,
+    RunNames,
+    StepFacts,
+    first_departure,
+    stored_facts,
+    texts_alike,
+)
 from tea_notebook.runtime.records import RunSummary
 
 if TYPE_CHECKING:
@@ -32,6 +43,18 @@ class Branch(RunSummary):
     fork_step: int | None = None
     how: str = ""
     children: list["Branch"] = field(default_factory=list)
+    #: where this fork first departed from the run it was forked from (None: nowhere so far, or no fork)
+    divergence: Divergence | None = None
+
+    @property
+    def departs(self) -> str:
+        """Where a fork first departed from its original, in words ("step 5: different arguments"),
+        "none" when it reproduced it; "" for the first run and a resume (nothing to compare)."""
+        if not self.forked_from or self.how == "resumed":
+            return ""
+        if self.divergence is not None:
+            return self.divergence.text()
+        return "none so far" if self.status == "running" else "none"
 
     @property
     def origin(self) -> str:
@@ -105,12 +128,18 @@ class Branches:
                 break
             rows.update((r["id"], r) for r in found)
             frontier = [r["id"] for r in found]
-        started = {run: json.loads(data) for run, _, _, data in ws.db.run_events_of_type(list(rows), ["run_started"])}
+        started: dict[str, dict[str, Any]] = {}
+        diverged: dict[str, dict[str, Any]] = {}
+        for run, type_, _, raw in ws.db.run_events_of_type(list(rows), ["run_started", "diverged"]):
+            (started if type_ == "run_started" else diverged).setdefault(run, json.loads(raw))
         counts = ws.db.step_counts(list(rows))
         nodes = {
             rid: Branch.of(ws, r, counts.get(rid, (0, 0))[0], _how(started.get(rid, {})) if r["forked_from"] else "")
             for rid, r in rows.items()
         }
+        for rid, said in diverged.items():
+            unit = "message" if started.get(rid, {}).get("fork_unit") == "messages" else "step"
+            nodes[rid].divergence = Divergence.of(said, unit)
         for rid, node in nodes.items():
             if node.forked_from in nodes and rid != row["id"]:
                 nodes[node.forked_from].children.append(node)
@@ -133,7 +162,12 @@ class Branches:
         """The tree as indented lines (what ``%tea branches`` prints)."""
         lines = []
         for depth, b in self.root.walk():
-            how = f" [{b.origin}]" if b.origin else ""
+            departs = b.departs
+            if b.divergence is not None:
+                departs = f" · departs {departs}"
+            elif departs:
+                departs = " · no departure" + (" so far" if b.status == "running" else "")
+            how = f" [{b.origin}{departs}]" if b.origin else ""
             mark = "  ← asked" if b.run_id == self.asked else ""
             lines.append(
                 f"{'    ' * depth}{b.run_id} {b.agent} · {b.status} · {b.steps} steps · "
@@ -154,35 +188,37 @@ class Branches:
         for depth, b in self.root.walk():
             how = f"<span class='tea-branch-how'>{html.escape(b.origin)}</span>" if b.origin else "first run"
             me = " style='font-weight:bold'" if b.run_id == self.asked else ""
+            found = b.divergence
+            said = f" title='{html.escape(f'original: {found.original}; replay: {found.replay}')}'" if found else ""
             rows.append(
                 f"<tr{me} data-run='{html.escape(b.run_id)}'><td style='padding-left:{depth * 1.5 + 0.3}em'>"
                 f"{'└ ' if depth else ''}<code>{html.escape(b.run_id)}</code></td><td>{how}</td>"
+                f"<td class='tea-branch-departs'{said}>{html.escape(b.departs)}</td>"
                 f"<td>{html.escape(b.status)}</td><td>{b.steps}</td><td>{b.prompt_tokens + b.completion_tokens}</td>"
                 f"<td>${b.cost:.4f}</td><td>{html.escape(' '.join(b.answer.split())[:160])}</td></tr>"
             )
         return (
             "<div class='tea-branches'><b>branches of run "
             f"<code>{html.escape(self.root.run_id)}</code></b> ({len(self)} runs)<table>"
-            "<tr><th>run</th><th>how</th><th>status</th><th>steps</th><th>tokens</th><th>cost</th><th>answer</th></tr>"
+            "<tr><th>run</th><th>how</th><th>departs</th><th>status</th><th>steps</th><th>tokens</th><th>cost</th><th>answer</th></tr>"
             + "".join(rows)
             + "</table></div>"
         )
 
 
-def _step_key(data: dict[str, Any]) -> list[Any]:
-    return [[r[0], r[1], r[2]] for r in data.get("results", [])]
-
-
 @dataclass
 class Comparison:
-    """Two runs side by side (see the module's docstring). ``diverges_at``: the first step whose
-    actions or observations differ (None when one run's steps are the start of the other's)."""
+    """Two runs side by side (see the module's docstring). ``diverges_at``: the first step where ``b``
+    departs from ``a`` (``departure`` says how and what each did there: the same comparison a fork makes
+    live); None when they took the same steps and ended alike (or one is still running and its steps so
+    far are the other's)."""
 
     a: Branch
     b: Branch
     diverges_at: int | None
     steps_a: dict[int, dict[str, Any]]
     steps_b: dict[int, dict[str, Any]]
+    departure: Divergence | None = None
 
     @classmethod
     def load(cls, ws: "RunHost", a: str, b: str) -> "Comparison":
@@ -194,19 +230,17 @@ class Comparison:
                 raise NotFoundError(f"no run {rid!r} in {ws.path}")
             rows.append(row)
         steps: list[dict[int, dict[str, Any]]] = [{}, {}]
+        facts: list[dict[int, StepFacts]] = [{}, {}]
         for i, row in enumerate(rows):
-            for _, _, step, data in ws.db.run_events_of_type([row["id"]], ["step"]):
-                if step is not None:
-                    steps[i][step] = json.loads(data)
-        common = sorted(set(steps[0]) & set(steps[1]))
-        diverges = next((n for n in common if _step_key(steps[0][n]) != _step_key(steps[1][n])), None)
-        if diverges is None and set(steps[0]) != set(steps[1]) and common:
-            diverges = common[-1] + 1
-        elif diverges is None and not common and (steps[0] or steps[1]):
-            diverges = 1
+            events = [(t, n, d) for _, t, n, d in ws.db.run_events_of_type([row["id"]], ["step", "model_request"])]
+            facts[i] = stored_facts(events)
+            steps[i] = {n: json.loads(d) for t, n, d in events if t == "step" and n is not None}
         counts = ws.db.step_counts([r["id"] for r in rows])
         branches = [Branch.of(ws, row, counts.get(row["id"], (0, 0))[0]) for row in rows]
-        return cls(branches[0], branches[1], diverges, steps[0], steps[1])
+        ends = (End(max(facts[0], default=0), rows[0]["status"]), End(max(facts[1], default=0), rows[1]["status"]))
+        names = RunNames.of(ws, rows[0]["id"]) + RunNames.of(ws, rows[1]["id"])
+        found = first_departure(rows[0]["id"], facts[0], facts[1], texts_alike(names), ends)
+        return cls(branches[0], branches[1], found.step if found else None, steps[0], steps[1], found)
 
     def summary(self) -> dict[str, Any]:
         """The figures side by side, as a dict of ``name -> (a, b)``."""
@@ -236,8 +270,10 @@ class Comparison:
             if k == "model":
                 fa, fb = display_name(va), display_name(vb)
             lines.append(f"{k:14}{' '.join(fa.split())[:32]:>32}  {' '.join(fb.split())[:32]:>32}")
-        where = f"step {self.diverges_at}" if self.diverges_at else "nowhere (same steps)"
-        lines.append(f"they diverge at {where}")
+        lines.append(f"they diverge at {self._where()}")
+        if self.departure is not None:
+            lines.append(f"  a: {self.departure.original}")
+            lines.append(f"  b: {self.departure.replay}")
         if self.diverges_at:
             for n in sorted(set(self.steps_a) | set(self.steps_b)):
                 if n >= self.diverges_at:
@@ -245,6 +281,12 @@ class Comparison:
                     lines.append(f"  a: {self._actions(self.steps_a.get(n))}")
                     lines.append(f"  b: {self._actions(self.steps_b.get(n))}")
         return "\n".join(lines)
+
+    def _where(self) -> str:
+        found = self.departure
+        if found is None:
+            return "nowhere (same steps)"
+        return f"step {found.step} ({found.words()})"
 
     def __repr__(self) -> str:
         return f"Comparison({self.a.run_id!r}, {self.b.run_id!r}, diverges_at={self.diverges_at})"
@@ -264,7 +306,7 @@ class Comparison:
                 fa, fb = display_name(va), display_name(vb)
             diff = " style='background:#fff3cd'" if fa != fb and k != "run" else ""
             rows.append(f"<tr{diff}><th>{e(k)}</th><td>{e(fa[:400])}</td><td>{e(fb[:400])}</td></tr>")
-        where = f"step {self.diverges_at}" if self.diverges_at else "nowhere (same steps)"
+        where = self._where()
         steps = []
         if self.diverges_at:
             for n in sorted(set(self.steps_a) | set(self.steps_b)):

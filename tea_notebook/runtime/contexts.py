@@ -326,10 +326,13 @@ class StepContext:
                     "chars": p.chars,
                     "changed": p.changed,
                     "text": p.text,
+                    "summary": part_summary(p.text),
                 }
                 for p in self.parts
             ],
-            "removed": [{"kind": p.kind, "chars": p.chars, "text": _gist(p)} for p in self.removed],
+            "removed": [
+                {"kind": p.kind, "chars": p.chars, "text": f"{p.kind}: {part_summary(p.text)}"} for p in self.removed
+            ],
             "tools": [_tool_name(t) for t in self.tools or []],
         }
 
@@ -389,6 +392,41 @@ def _joined(first: Part, second: Part, kind: str | None = None) -> Part:
 
 def _tool_name(tool: dict[str, Any]) -> str:
     return str((tool.get("function") or {}).get("name") or tool.get("name") or "?")
+
+
+#: markup a part's summary leaves out (``<agent_history>``, ``<step_3>``, ``</task>``...)
+_TAG = re.compile(r"</?[a-z_]+(?:_\d+)?>")
+#: a history block's opening tag: its summary starts "step N:"
+_STEP_TAG = re.compile(r"<step_(\d+)>")
+#: a field of a history block with nothing after its label ("Memory: ", "Action Results:")
+_EMPTY_FIELD = re.compile(r"[A-Z][A-Za-z ]*:\s*")
+
+
+def part_summary(text: str, limit: int = 100) -> str:
+    """A part's first line worth reading, without its markup: ``<agent_history>`` + ``<step_1>`` + ...
+    reads ``step 1: [work] {"n": 1} -> result 1`` (wrapper tags and empty fields left out); a tool's
+    definition reads ``tool work: Do one unit of work.``"""
+    words = _summary_words(text)
+    return words if len(words) <= limit else words[: limit - 1] + "…"
+
+
+def _summary_words(text: str) -> str:
+    if text.lstrip().startswith('{"'):
+        try:
+            tool = json.loads(text)
+            spec = tool.get("function") or tool
+            return f"tool {spec['name']}: {' '.join(str(spec.get('description') or '').split())}".rstrip(": ")
+        except (ValueError, TypeError, KeyError, AttributeError):
+            pass
+    prefix = ""
+    for line in text.splitlines():
+        step = _STEP_TAG.search(line)
+        if step and not prefix:
+            prefix = f"step {step.group(1)}: "
+        words = " ".join(_TAG.sub(" ", line).split())
+        if words and not _EMPTY_FIELD.fullmatch(words):
+            return prefix + words
+    return prefix.rstrip(": ") or " ".join(text.split())
 
 
 def _gist(part: Part) -> str:
@@ -624,7 +662,7 @@ def context_html(ctx: Any) -> str:
     rows = []
     for p in ctx.parts:
         mark = "<span class='badge'>new</span> " if p.changed else ""
-        first = next((line for line in p.text.splitlines() if line.strip()), "")
+        first = part_summary(p.text, 120)
         rows.append(
             f"<details><summary>{mark}<b>{esc_str(p.kind)}</b> <span class='muted'>({esc_str(p.role)}, "
             f"{p.chars:,} chars)</span> {esc_str(shorten(first, 120))}</summary>"

@@ -38,6 +38,7 @@ EventType = Literal[
     "thread",
     "egress_refused",
     "notice",
+    "diverged",
 ]
 """The type of an event."""
 
@@ -63,6 +64,15 @@ StopState = Literal["running", "stopped", "not_started"]
 """Where a stop left a tool call that had not returned: ``running`` (a synchronous tool still running in
 its thread: what it returns is recorded later on the same step, with ``late``), ``stopped`` (it was
 cancelled and ended without a result) or ``not_started`` (cancelled before it began)."""
+
+ReplayChoice = Literal["recorded", "live", "refuse"]
+"""How a fork's replay policy answers one tool's calls: from the original run's recording, by running
+the tool again, or not at all (see :mod:`tea_notebook.runtime.replay_policy`)."""
+
+DivergenceHow = Literal["model input", "action", "arguments", "observation", "ended", "message"]
+"""How a fork first departed from the run it was forked from (a ``diverged`` event): the prompt sent to
+the model differs, the tools called, their arguments, what they returned, one run ended where the other
+went on (or they ended differently), or a CORAL message differs."""
 
 StepResult = list[str]
 """One action of a step: ``[name, arguments as JSON, observation]`` (an observation starting
@@ -100,7 +110,14 @@ class RunStartOptions(TypedDict, total=False):
     rerun_from: int
     resumed_from: str
     memory: RunMemory
+    #: the insights recalled from earlier runs' memory at the start (a fork's, a resume's: its source's)
+    recalled: list[str]
     fork_stage: dict[str, Any]
+    replay: dict[str, ReplayChoice]
+    #: what a resumed run's folder started with besides its source's at the step (``path -> sha256``, None: absent)
+    folder: dict[str, str | None]
+    #: what was changed by hand in the stopped run's folder before a forced resume (``added``/``removed``/``changed``)
+    folder_by_hand: dict[str, list[str]]
     coral: bool
     members: list[str]
     budget_seconds: float | None
@@ -128,6 +145,8 @@ class ModelRequestEvent(EventBase):
     api_base: str | None
     prompt_chars: NotRequired[int]
     stage: NotRequired[str]
+    #: sha256 of the messages sent, the run's own id (and its run folder's) replaced by a placeholder
+    input_hash: NotRequired[str]
 
 
 class ToolCallData(TypedDict):
@@ -166,20 +185,27 @@ class StepEvent(EventBase):
     replayed: NotRequired[bool]
     edited: NotRequired[dict[str, Any]]
     folder: NotRequired[dict[str, str | None]]
+    #: beside ``folder``: ``"AT:SUM"``, a seal of the whole run folder then (a resume checks the folder against it)
+    folder_seal: NotRequired[str]
+    #: the run context after the step when it changed (``Context.snapshot``: what succeeded, toolkits' state)
+    context: NotRequired[dict[str, Any]]
 
 
 class ToolCallEvent(EventBase):
-    """An action starts (``replayed``: a fork took its stored result instead of running it)."""
+    """An action starts (``replayed``: a fork took its stored result instead of running it; ``policy``:
+    how the fork's replay policy answered it)."""
 
     id: str
     name: str
     arguments: Any
     replayed: NotRequired[bool]
+    policy: NotRequired[ReplayChoice]
 
 
 class ToolResultEvent(EventBase):
     """An action returned (``returned``: what a tool stopped mid-run gave back on its own; ``late``: how
-    many seconds after the stop it did; ``stop_state``: where the stop left a call that had not returned)."""
+    many seconds after the stop it did; ``stop_state``: where the stop left a call that had not returned;
+    ``policy``: how a fork's replay policy answered it)."""
 
     id: str
     name: str
@@ -191,6 +217,9 @@ class ToolResultEvent(EventBase):
     returned: NotRequired[str]
     late: NotRequired[float]
     stop_state: NotRequired[StopState]
+    policy: NotRequired[ReplayChoice]
+    #: what changed in the run folder until a call cut short by a stop returned (as on ``step``)
+    folder: NotRequired[dict[str, str | None]]
 
 
 class MemoryWrittenEvent(EventBase):
@@ -249,6 +278,8 @@ class RunFinishedEvent(EventBase):
     completion_tokens: int
     cost: float
     files: list[str]
+    #: what changed in the run folder after the last step until the run ended (as on ``step``)
+    folder: NotRequired[dict[str, str | None]]
 
 
 class StageEvent(EventBase):
@@ -281,6 +312,8 @@ class MessageEvent(EventBase):
     mentions: list[str]
     content: str
     replayed: bool
+    #: seconds of the team's time budget used when it was posted (a fork at it goes on from there)
+    elapsed: NotRequired[float]
 
 
 class ThreadEvent(EventBase):
@@ -312,6 +345,17 @@ class NoticeEvent(EventBase):
     seconds: NotRequired[float]
 
 
+class DivergedEvent(EventBase):
+    """A fork first departed from the run it was forked from (``source``): at ``step`` (a CORAL team's:
+    the message number), ``how``, with what the ``original`` and the ``replay`` did there, in words."""
+
+    source: str
+    step: int
+    how: DivergenceHow
+    original: str
+    replay: str
+
+
 EVENT_DATA: dict[str, type] = {
     "run_started": RunStartedEvent,
     "model_request": ModelRequestEvent,
@@ -330,6 +374,7 @@ EVENT_DATA: dict[str, type] = {
     "thread": ThreadEvent,
     "egress_refused": EgressRefusedEvent,
     "notice": NoticeEvent,
+    "diverged": DivergedEvent,
 }
 """Each event type's ``TypedDict``."""
 
@@ -351,5 +396,6 @@ EventData = Union[
     ThreadEvent,
     EgressRefusedEvent,
     NoticeEvent,
+    DivergedEvent,
 ]
 """The data of any event."""

@@ -28,12 +28,16 @@ from tea_notebook.runtime.steps import StepRecord
 
 if TYPE_CHECKING:
     from tea_notebook.runtime.events import Event
+    from tea_notebook.runtime.folder_snapshots import FolderStart
+    from tea_notebook.runtime.replay_policy import Recording, ReplayPolicy
 
 EDIT_KINDS = ("observation", "actions", "context", "message", "stage")
 #: actions an agent loop takes only alone in their step (the loop refuses them beside others)
 ALONE_ACTIONS = ("done",)
 #: characters of an edited text's former value kept in the fork's record of the edit
 EDIT_RECORD_LIMIT = 2000
+#: the note of a step ``rerun_from`` takes again (its tools run live unless a replay policy says otherwise)
+RERUN_NOTE = "re-executed live"
 
 
 class ForkError(TeaError):
@@ -101,6 +105,8 @@ class StepOverride:
     subforks: dict[str, list["ForkPlan"]] = field(default_factory=dict)
     messages: list[dict[str, Any]] | None = None
     note: str = ""
+    #: ids of the calls that continue a sub-agent's fork (they run it: no replay policy answers them)
+    continued: set[str] = field(default_factory=set)
 
 
 @dataclass
@@ -114,6 +120,9 @@ class ForkPlan:
     live: list[StepRecord] = field(default_factory=list)
     summaries: list[str] = field(default_factory=list)
     insights: list[str] = field(default_factory=list)
+    #: the insights the source run recalled from memory at its start (in :attr:`insights` already): a
+    #: fork or resume takes them from its source instead of recalling again (the memory has grown since)
+    recalled: list[str] = field(default_factory=list)
     folded: list[int] = field(default_factory=list)
     overrides: dict[int, StepOverride] = field(default_factory=dict)
     edit: dict[str, Any] | None = None
@@ -123,6 +132,12 @@ class ForkPlan:
     #: the model and step limit of the run forked (a sub-agent's fork keeps its own)
     model: str | None = None
     max_steps: int | None = None
+    #: how the calls the new run makes again are answered (None: they run live)
+    replay: "ReplayPolicy | None" = None
+    #: the forked run's calls after :attr:`last_step`, when the policy answers some from them
+    recording: "Recording | None" = None
+    #: a resume's run folder (as the stop left it, or as it is when forced); None: the source's at the step
+    folder: "FolderStart | None" = None
 
     @classmethod
     def of_steps(cls, steps: list[StepRecord]) -> "ForkPlan":
@@ -145,8 +160,14 @@ class ForkPlan:
             out["resumed_from"] = self.source
         if self.summaries or self.folded:
             out["memory"] = {"summaries": self.summaries, "insights": self.insights, "folded": self.folded}
+        if self.recalled:
+            out["recalled"] = self.recalled
         if self.stage is not None:
             out["fork_stage"] = {k: v for k, v in self.stage.items() if k != "pool"}
+        if self.replay is not None:
+            out["replay"] = self.replay.as_dict()
+        if self.folder is not None:
+            out.update(self.folder.started())
         return out
 
 
@@ -215,11 +236,13 @@ def _restore_memory(
     limit = first_edit if first_edit is not None else upto + 1
     started = next((e.data for e in events if e.run_id == run_id and e.type == "run_started"), {})
     restored = started.get("memory") or {}
+    recalled = list(started.get("recalled") or [])
     folded = [int(s) for s in restored.get("folded", [])]
     if folded and max(folded) >= limit:
-        return [], [], []
+        return [], recalled, []
     summaries = list(restored.get("summaries", []))
-    insights = list(restored.get("insights", []))
+    # the run's insights began as what it recalled from memory (a fork's memory holds them already)
+    insights = list(restored.get("insights", [])) if restored else recalled
     for e in events:
         if e.run_id != run_id or e.type != "memory_written" or e.step is None or e.step > upto:
             continue
@@ -236,6 +259,13 @@ def _restore_memory(
     return summaries, insights[-8:], folded
 
 
+def recalled_at_start(events: list["Event"], run_id: str) -> list[str]:
+    """The insights run ``run_id`` recalled from memory at its start (``run_started.recalled``: a
+    fork's or resume's are its source's); none for a run recorded before they were kept."""
+    started = next((e.data for e in events if e.run_id == run_id and e.type == "run_started"), {})
+    return list(started.get("recalled") or [])
+
+
 # -- making a plan --------------------------------------------------------------------------------
 def plan_fork(
     events: list["Event"],
@@ -245,10 +275,12 @@ def plan_fork(
     *,
     rerun_from: int | None = None,
     check_action: Any = None,
+    steps: dict[int, StoredStep] | None = None,
 ) -> ForkPlan:
     """The plan of a fork of an agent-loop run at ``step`` (see the module's docstring).
-    ``check_action(name, arguments)`` returns what is wrong with an edited action, or None."""
-    steps = stored_steps(events, run_id)
+    ``check_action(name, arguments)`` returns what is wrong with an edited action, or None; ``steps``:
+    :func:`stored_steps` of ``events`` when the caller has them already."""
+    steps = stored_steps(events, run_id) if steps is None else steps
     finished = sorted(s for s, v in steps.items() if v.complete)
     last = finished[-1] if finished else 0
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
@@ -326,7 +358,7 @@ def plan_fork(
                 calls=list(stored.calls),
                 thoughts=stored.record.thoughts(),
                 verbatim={c.id for c in stored.calls},
-                note="re-executed live",
+                note=RERUN_NOTE,
             )
         shown = shown[: rerun_from - 1]
         first_edit = rerun_from if first_edit is None else min(first_edit, rerun_from)
@@ -340,6 +372,7 @@ def plan_fork(
         live=live,
         summaries=summaries,
         insights=insights,
+        recalled=recalled_at_start(events, run_id),
         folded=folded,
         overrides=overrides,
         edit=record_edit,
@@ -347,13 +380,14 @@ def plan_fork(
     )
 
 
-def plan_resume(events: list["Event"], run_id: str) -> ForkPlan:
+def plan_resume(events: list["Event"], run_id: str, steps: dict[int, StoredStep] | None = None) -> ForkPlan:
     """The plan that continues a stopped run: its finished steps replayed, and the step it was in
-    taken up again without asking the model again and without running again the calls that returned."""
-    steps = stored_steps(events, run_id)
+    taken up again without asking the model again and without running again the calls that returned
+    (``steps``: :func:`stored_steps` of ``events`` when the caller has them already)."""
+    steps = stored_steps(events, run_id) if steps is None else steps
     finished = sorted(s for s, v in steps.items() if v.complete)
     last = finished[-1] if finished else 0
-    plan = plan_fork(events, run_id, last, None)
+    plan = plan_fork(events, run_id, last, None, steps=steps)
     plan.resumed = True
     partial = steps.get(last + 1)
     if partial is not None and not partial.complete and partial.calls:

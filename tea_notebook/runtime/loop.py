@@ -19,12 +19,13 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Awaitable
+from typing import TYPE_CHECKING, Any
 
 from tea_notebook.errors import TeaError
 from tea_notebook.models.client import DEMO_MODEL, ModelError, ModelReply, ToolCall, is_offline, takes_images
 from tea_notebook.protocol.context import Context
 from tea_notebook.runtime.action_tally import INVALID_CALL, ActionTally
+from tea_notebook.runtime.divergence import DivergenceWatch
 from tea_notebook.runtime.event_types import (
     ErrorEvent,
     FinishedStatus,
@@ -32,18 +33,19 @@ from tea_notebook.runtime.event_types import (
     MemoryWrittenEvent,
     ModelResponseEvent,
     NoticeEvent,
-    StopState,
     ToolCallEvent,
     ToolResultEvent,
 )
 from tea_notebook.runtime.folder_snapshots import FolderSnapshots, manifest, restore
 from tea_notebook.runtime.forking import ForkPlan, StepOverride
-from tea_notebook.runtime.inflight import STILL_RUNNING, LateCall, observation_of
 from tea_notebook.runtime.prompts import DONE_TOOL, build_messages
 from tea_notebook.runtime.records import RunResult, StepRecord
+from tea_notebook.runtime.replay_policy import Answer as ReplayAnswer
+from tea_notebook.runtime.replay_policy import answer as replay_answer
 from tea_notebook.runtime.replies import MalformedReply, read_reply
-from tea_notebook.runtime.runlog import RunInterrupted, RunLog
+from tea_notebook.runtime.runlog import RunInterrupted
 from tea_notebook.runtime.stop_reason import stop_reason
+from tea_notebook.runtime.stopping import STOP_GRACE, StoppableRun
 from tea_notebook.runtime.todo import TodoList
 
 if TYPE_CHECKING:
@@ -85,8 +87,6 @@ TODO_TOOL = {
         "parameters": TODO_SCHEMA,
     },
 }
-#: seconds a stopped run waits for the tools it was running to end (synchronous ones cannot be killed)
-STOP_GRACE = 1.0
 #: the :meth:`Context.state` scope where a fork leaves the sub-agent forks its delegated calls continue
 SUBFORKS = "tea.subforks"
 
@@ -136,7 +136,7 @@ def _content_chars(message: dict[str, Any]) -> int:
     return sum(len(part.get("text", "")) for part in content)
 
 
-class AgentRun(RunLog):
+class AgentRun(StoppableRun):
     """The state of one run; :meth:`execute` is the loop. Subclasses change the rules through the hooks
     ``_controls``/``_control`` (loop-handled tools), ``_messages`` (the prompt) and ``_before_step``."""
 
@@ -165,7 +165,11 @@ class AgentRun(RunLog):
         self.steps: list[StepRecord] = list(self.plan.live)
         self.last_step = self.plan.last_step
         self.summaries: list[str] = list(self.plan.summaries)
-        recalled = self.ws.memory_store.recall(task) if len(self.ws.memory) else []
+        if self.plan.source is None:
+            recalled = self.ws.memory_store.recall(task) if len(self.ws.memory) else []
+            self.plan.recalled = recalled  # recorded on run_started: a fork or resume takes them from there
+        else:  # a fork or resume: its source's recalled insights (in plan.insights), not a new ranking
+            recalled = []
         self.insights: list[str] = list(self.plan.insights) + [i for i in recalled if i not in self.plan.insights]
         #: the step being taken without asking the model (see :class:`StepOverride`), if any
         self.override: StepOverride | None = None
@@ -179,18 +183,15 @@ class AgentRun(RunLog):
         self.tally = ActionTally(frozenset({"todo", *self._controls()}))
         for replayed, _ in self.plan.shown:
             self.tally.replayed(replayed.results)
-        #: tool calls running now, by call id: ``(name, step)`` (a stop names those still running)
-        self.in_flight: dict[str, tuple[str, int]] = {}
-        self.reported_stops: set[str] = set()  # call ids already reported as cut short by a stop
-        #: the worker-thread jobs of the calls running now, by call id (a stop records what they return)
-        self.thread_jobs: dict[str, list[concurrent.futures.Future]] = {}
-        #: when the run was stopped (``time.time()``), once it was
-        self.stopped_at: float | None = None
+        self.start_stopping()
         self.native = self._native()
         #: the named tools' offer: ``(key, tools, sub-agent tools, precondition tools, which of them had
         #: succeeded)`` (see :meth:`_offered`)
         self._offer_cache: tuple[tuple, list[dict[str, Any]], set[str], tuple[str, ...], tuple[bool, ...]] | None = None
         self._hidden: tuple[int, int] | None = None
+        #: hashes each model input; a fork's compares its steps with the original's (see runtime.divergence;
+        #: a CORAL member's fork is compared by its team, message by message)
+        self.divergence = DivergenceWatch(self.ws, self.run_id, fork if self.fork_unit else None, self.plan)
 
     def _native(self) -> bool:
         if self.agent.tool_mode != "auto":
@@ -356,20 +357,81 @@ class AgentRun(RunLog):
         )
         if first_hosted:
             await self._import_litellm()
+        contexts = self._source_contexts()
+        shown: dict[str, Any] = {"succeeded": [], "state": {}}
         for replayed, extra in self.plan.shown:  # one transaction for all of them, not one each
             event = replayed.to_event()
             event["replayed"] = True
             if "edited" in extra:
                 event["edited"] = extra["edited"]
+            if contexts.get(replayed.number, shown) != shown:  # a fork of this fork restores it too
+                event["context"] = shown = contexts[replayed.number]
             self.emit("step", event, replayed.number, durable=False)
         self.events.flush()
         self._replay_todo()
+        self._restore_context(shown)
         if self.fork:
             self._restore_folder(*self.fork)
 
+    def _source_contexts(self, upto: int | None = None) -> dict[int, dict[str, Any]]:
+        """The run context (:meth:`Context.snapshot`) the run this one starts from recorded after each
+        of its steps up to ``upto`` (the last one replayed by default): step -> snapshot."""
+        upto = self.plan.last_step if upto is None else upto
+        if self.plan.source is None or upto < 1:
+            return {}
+        recorded: dict[int, dict[str, Any]] = {}
+        for _, _, step, data in self.ws.db.run_events_of_type([self.plan.source], ["step"]):
+            if step is None or step > upto or '"context"' not in data:
+                continue
+            context = json.loads(data).get("context")
+            if isinstance(context, dict):
+                recorded[step] = context
+        last: dict[str, Any] = {"succeeded": [], "state": {}}
+        for step in range(1, upto + 1):  # the context after each step (a step records it when it changed)
+            last = recorded[step] = recorded.get(step, last)
+        return recorded
+
+    def _restore_context(self, context: dict[str, Any]) -> None:
+        """Start from the run context after the last step replayed: the precondition tools that had
+        succeeded (what is offered next depends on them) and the toolkits' shared state."""
+        if self.plan.source is not None and self.plan.shown:
+            self.ctx.restore(context)
+        if context.get("unkept"):
+            unkept = ", ".join(context["unkept"])
+            self.emit("notice", NoticeEvent(message=f"not restored (not JSON when recorded): the state of {unkept}"))
+        #: the run context as last recorded in a ``step`` event (a step records it when it changed)
+        self.context_recorded = self.ctx.snapshot()
+        #: the original run's context after its steps, read when a recorded replay follows it
+        self.recorded_contexts: dict[int, dict[str, Any]] = {}
+
+    def _follow_recording(self, step: int) -> None:
+        """After a step of a fork whose replay policy answers tools from the original run's recording,
+        and while the replay has not departed from it: the run context as the original's step left it
+        (what its recorded tools set up holds, as if they had run: ``notes_read`` is offered after a
+        recorded ``notes_open``, a toolkit's state is the original's)."""
+        recording = self.plan.recording
+        if recording is None or step <= self.plan.last_step:
+            return
+        if recording.departed is not None and recording.departed <= step:
+            return
+        if not self.recorded_contexts:  # read once: the original's steps after the fork point
+            self.recorded_contexts = self._source_contexts(max([step, *recording.steps]))
+        original = self.recorded_contexts.get(step)
+        if original is not None:
+            self.ctx.restore(original)
+
     def _restore_folder(self, source: str, step: int) -> None:
-        """Put the source run's folder as it was after ``step`` into this run's folder."""
-        missing = restore(self.ws, manifest(self.ws, source, step), self.folder)
+        """Put the source run's folder as it was after ``step`` into this run's folder (a resume's:
+        as the stop left it, or as it is when the resume was forced, see ``resume_start``)."""
+        start = self.plan.folder
+        if start is not None:
+            start.keep(self.ws)  # the contents of files changed by hand (a forced resume)
+        missing = restore(
+            self.ws, start.files if start else manifest(self.ws, source, step), self.folder, self.snapshots
+        )
+        if start is not None and start.by_hand:
+            changed = f"the run folder of {source} was changed by hand since it stopped: {start.by_hand.describe()}"
+            self.emit("notice", NoticeEvent(message=f"{changed}; this run starts with it as it is (forced)"))
         if missing:
             self.emit("notice", NoticeEvent(message="not restored (not kept): " + ", ".join(missing)))
         self.snapshots.changes(self.ws)  # what a fork starts from is not a change of its own
@@ -414,7 +476,9 @@ class AgentRun(RunLog):
     def _close(self, ending: Ending) -> RunResult:
         error, files = ending.error, ending.files or []
         status = ending.status
-        self.close(status, ending.answer, error, self.last_step, files)
+        self.divergence.run_ended(self, status, self.last_step)
+        # what the step a stop cut short changed: a resume starts from the folder as the stop left it
+        self.close(status, ending.answer, error, self.last_step, files, self.snapshots.changes(self.ws))
         return RunResult(
             self.run_id,
             self.agent.name,
@@ -438,8 +502,14 @@ class AgentRun(RunLog):
         changed = self.snapshots.changes(self.ws)
         if changed:
             event["folder"] = changed
+            event["folder_seal"] = self.snapshots.seal()  # a resume checks the folder against it
+        self._follow_recording(record.number)
+        context = self.ctx.snapshot()
+        if context != self.context_recorded:  # what a fork or resume from this step restores
+            event["context"] = self.context_recorded = context
         # the step's events and its tools' usage counts: one transaction
         self.emit("step", event, record.number, uses=[(self.ws.tools.kind, self.ws.tools.take_usage())])
+        self.divergence.step_finished(self, record)
 
     async def _fold_memory(self, step: int) -> None:
         """Keep the history within ``memory_budget`` tokens: fold the oldest steps into a summary,
@@ -644,6 +714,7 @@ class AgentRun(RunLog):
         offered = tools if self.native else None
         context = self.contexts.record(messages, offered, {"model": self.model, **client.params})
         request = self.request_event(client, self.model, messages=len(messages), prompt_chars=chars, context=context)
+        request["input_hash"] = self.divergence.input_hash(step, messages, chars)
         self.emit("model_request", request, step)
         reply: ModelReply = await self._cancellable(
             client.complete(self.model, messages, tools if self.native else None, defaults=self.model_defaults())
@@ -684,7 +755,14 @@ class AgentRun(RunLog):
             call = self._delegation(call)
         if override is not None and call.id in override.stored:  # it returned before the run stopped
             return self._stored_action(call, override.stored[call.id], step)
-        self.emit("tool_call", ToolCallEvent(id=call.id, name=call.name, arguments=call.arguments), step)
+        continued = override is not None and call.id in override.continued
+        decided = replay_answer(self.plan, step, call.name, call.arguments, continued=continued)
+        if decided is not None and decided.observation is not None:
+            return self._answered_by_policy(call, decided, step)
+        called = ToolCallEvent(id=call.id, name=call.name, arguments=call.arguments)
+        if decided is not None:
+            called["policy"] = decided.policy
+        self.emit("tool_call", called, step)
         # what the step did so far is durable before a tool acts: a run resumed after a crash
         # repeats no call that returned (nor the model call that chose them)
         self.events.flush()
@@ -700,6 +778,30 @@ class AgentRun(RunLog):
         )
         if returned is not None:
             result["returned"] = returned
+        if decided is not None:
+            result["policy"] = decided.policy
+        self.emit("tool_result", result, step)
+        return obs, ok, err
+
+    def _answered_by_policy(self, call: ToolCall, answer: ReplayAnswer, step: int) -> tuple[str, bool, str | None]:
+        """A call the fork's replay policy answers without running it: the original run's stored
+        result (counted, and its success remembered for preconditions, as the original's was), or why
+        it was not run (refused, or not in the recording: not counted)."""
+        obs, ok, err = answer.observation or "", answer.ok, answer.error_type
+        self.tally.ran(call.name, ok, err)
+        if answer.from_recording:
+            self.ctx.record_call(self.ws.tools.kind, call.name, ok)
+            if ok:
+                self.unrecovered.clear()
+            elif err not in INVALID_CALL:
+                self.unrecovered.append(call.name)
+        called = ToolCallEvent(id=call.id, name=call.name, arguments=call.arguments, policy=answer.policy)
+        result = ToolResultEvent(
+            id=call.id, name=call.name, ok=ok, error_type=err, observation=obs, latency=None, policy=answer.policy
+        )
+        if answer.from_recording:
+            called["replayed"] = result["replayed"] = True
+        self.emit("tool_call", called, step)
         self.emit("tool_result", result, step)
         return obs, ok, err
 
@@ -777,128 +879,6 @@ class AgentRun(RunLog):
         record = self.ws.tools.current(call.name)
         problem = not_an_object(record.parameters if record is not None else None, call.arguments)
         return f"Error: arguments of {call.name} are not a JSON object: {problem.message}"
-
-    # -- stopping ---------------------------------------------------------------------------
-    async def _cancellable(self, coro: Awaitable[Any]) -> Any:
-        """Await ``coro`` while watching the stop signal; cancelling the run cancels it too."""
-        task = asyncio.ensure_future(coro)
-        try:
-            while not task.done():
-                if self.ctx.cancel.is_set():
-                    self.stopped_at = self.stopped_at or time.time()
-                    await self._stop_in_flight(task)
-                    raise RunInterrupted("the run was stopped")
-                await asyncio.wait({task}, timeout=0.05)
-        except asyncio.CancelledError:
-            self.stopped_at = self.stopped_at or time.time()
-            running = dict(self.in_flight)
-            task.cancel()
-            if running:
-                self._report_stopped(running)
-            raise
-        return task.result()
-
-    async def _stop_in_flight(self, task: "asyncio.Future[Any]") -> None:
-        """The run was stopped: cancel what ``task`` runs (in-process async tools are cancelled,
-        sandboxed ones killed), wait up to :data:`STOP_GRACE` seconds for synchronous tools, which
-        see ``ToolContext.cancelled`` and should return, then say in the trajectory which tools were
-        running and which still are."""
-        running = dict(self.in_flight)
-        jobs = [j for call_id in running for j in self.thread_jobs.get(call_id, [])]
-        task.cancel()
-        deadline = time.monotonic() + STOP_GRACE
-        while time.monotonic() < deadline:
-            if task.done() and all(j.done() for j in jobs):
-                break
-            await asyncio.sleep(0.02)
-        if running:
-            self._report_stopped(running)
-
-    def _report_stopped(self, running: dict[str, tuple[str, int]]) -> None:
-        """One ``tool_result`` per tool call the stop cut short, and an ``error`` event naming them
-        (calls that ended and reported it themselves meanwhile are left out). A call whose thread
-        ended meanwhile has what it returned recorded; one whose thread still runs is watched
-        (:data:`~tea_notebook.runtime.inflight.STILL_RUNNING`) and its result recorded when it comes."""
-        running = {k: v for k, v in running.items() if k not in self.reported_stops}
-        self.reported_stops.update(running)
-        if not running:
-            return
-        stopped_at = self.stopped_at or time.time()
-        names_still: set[str] = set()
-        for call_id, (name, step) in running.items():
-            jobs = self.thread_jobs.pop(call_id, [])
-            if any(not j.done() for j in jobs):
-                names_still.add(name)
-                self._watch_late(LateCall(self.run_id, call_id, name, step, stopped_at, jobs))
-                continue
-            late = LateCall(self.run_id, call_id, name, step, stopped_at, jobs)
-            if jobs:  # its thread ended within the grace: what it returned (or that it never started)
-                self._late_ended(late)
-            else:
-                self._record_unfinished(call_id, name, step, "stopped")
-        tools = sorted({name for name, _ in running.values()})
-        still_running = sorted(names_still)
-        message = f"stopped while running {', '.join(tools)}" + (
-            f"; still running: {', '.join(still_running)} (what it returns is recorded when it does)"
-            if still_running
-            else "; none of them is still running"
-        )
-        self.emit(
-            "error", ErrorEvent(kind="tools_interrupted", message=message, tools=tools, still_running=still_running)
-        )
-
-    def _watch_late(self, late: LateCall) -> None:
-        """Say that ``late`` still runs (a synchronous tool cannot be killed) and record what it returns
-        on its step when it does, from the thread it ends in."""
-        result = ToolResultEvent(
-            id=late.call_id,
-            name=late.name,
-            ok=False,
-            error_type="Interrupted",
-            observation=(
-                f"Error: {late.name} was interrupted when the run was stopped; it is still running (a synchronous "
-                "tool that did not check its cancel flag): what it returns is recorded here when it does"
-            ),
-            latency=None,
-            stop_state="running",
-        )
-        self.emit("tool_result", result, late.step)
-        STILL_RUNNING.watch(late, self._late_ended)
-
-    def _record_unfinished(self, call_id: str, name: str, step: int, state: StopState) -> None:
-        """Record that a call cut short by the stop ended without a result (``stopped``: cancelled) or
-        never began (``not_started``): a resumed run runs it."""
-        words = "it never started" if state == "not_started" else "it was stopped"
-        result = ToolResultEvent(
-            id=call_id,
-            name=name,
-            ok=False,
-            error_type="Interrupted",
-            observation=f"Error: {name} was interrupted when the run was stopped; {words}",
-            latency=None,
-            stop_state=state,
-        )
-        self.emit("tool_result", result, step, durable=True)
-
-    def _late_ended(self, late: LateCall) -> None:
-        """Record on its step what a call cut short by the stop returned, and how long after the stop:
-        a resumed run takes it as the call's result (the call is not run again)."""
-        if late.futures[-1].cancelled():
-            self._record_unfinished(late.call_id, late.name, late.step, "not_started")
-            return
-        observation, after = observation_of(late.name, late.futures[-1]), round(late.after, 3)
-        result = ToolResultEvent(
-            id=late.call_id,
-            name=late.name,
-            ok=False,
-            error_type="Interrupted",
-            observation=f"Error: {late.name} was interrupted when the run was stopped; it returned {after:.1f} s "
-            f"after the stop: {observation}",
-            latency=None,
-            returned=observation,
-            late=after,
-        )
-        self.emit("tool_result", result, late.step, durable=True)
 
 
 __all__ = [

@@ -11,12 +11,14 @@ bundle's metadata. Every text is cut to :data:`FIELD_LIMIT` characters (observat
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from tea_notebook.runtime.contexts import context_html as context_html
 from tea_notebook.runtime.html_style import CSS as CSS
 from tea_notebook.runtime.html_style import esc as esc
 from tea_notebook.runtime.html_style import esc_str
+from tea_notebook.runtime.sample_score import evaluation_html, evaluation_payload, evaluation_sample
 from tea_notebook.store.blobs import FIELD_LIMIT, blob_ref, shorten
 
 if TYPE_CHECKING:
@@ -102,7 +104,64 @@ def payload(traj: "Trajectory") -> dict[str, Any]:
         "messages": _messages_payload(traj),
         "children": [payload(c) for c in traj.children],
         **_folder_payload(traj.folder),
+        **_stop_payload(traj),
+        **_divergence_payload(traj),
+        **evaluation_payload(traj),  # the scorer's verdict, scores and target when an evaluation scored it
     }
+
+
+def divergence_item(source: str, unit: str, departed: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The payload's ``divergence`` of a fork of ``source`` (a step-by-step fork's ``unit`` is
+    ``"step"``, a CORAL team's ``"message"``): where it first departed (``departed``: a ``diverged``
+    event's data: step, how, original, replay; texts already short), or only ``source`` and ``unit``
+    while it reproduces it. Small on purpose: the live view sends it once, when it changes."""
+    out: dict[str, Any] = {"source": source, "unit": unit}
+    if departed is not None:
+        out.update(
+            step=departed.get("step"),
+            how=str(departed.get("how", "")),
+            original=shorten(str(departed.get("original", "")), DEPARTURE_TEXT),
+            replay=shorten(str(departed.get("replay", "")), DEPARTURE_TEXT),
+        )
+    return out
+
+
+#: characters of what the original and the replay did where a fork departed, in the payload
+DEPARTURE_TEXT = 400
+
+
+def compared_fork(started: Mapping[str, Any]) -> str | None:
+    """The run a run's ``run_started`` data says it was forked from, when the fork compares its
+    steps (or messages) with that run's: a fork, not a resume, of a run that forks."""
+    source = started.get("forked_from")
+    if not source or started.get("resumed_from") or not started.get("fork_unit"):
+        return None
+    return str(source)
+
+
+def _divergence_payload(traj: "Trajectory") -> dict[str, Any]:
+    """A fork's ``divergence`` (see :func:`divergence_item`); nothing for a run that is no compared
+    fork, nor for a step-by-step fork recorded before model inputs were hashed (nothing was compared)."""
+    started = next((e.data for e in traj.events if e.type == "run_started" and e.run_id == traj.run_id), {})
+    source = compared_fork(started)
+    if source is None:
+        return {}
+    unit = "message" if started.get("fork_unit") == "messages" else "step"
+    found = traj.divergence
+    if found is not None:
+        return {"divergence": divergence_item(source, unit, found.event())}
+    own = (e for e in traj.events if e.run_id == traj.run_id)
+    hashed = any(e.type == "model_request" and e.data.get("input_hash") for e in own)
+    return {"divergence": divergence_item(source, unit)} if unit == "message" or hashed else {}
+
+
+def _stop_payload(traj: "Trajectory") -> dict[str, Any]:
+    """Why an interrupted run stopped (its ``run_finished`` error: "interrupted: the kernel restarted"), if said."""
+    if traj.status != "interrupted":
+        return {}
+    ends = (e.data.get("error") for e in traj.events if e.type == "run_finished" and e.run_id == traj.run_id)
+    reason = next(ends, "")
+    return {"stop_reason": str(reason)} if reason else {}
 
 
 def _messages_payload(traj: "Trajectory") -> list[dict[str, Any]]:
@@ -500,6 +559,9 @@ def trajectory_html(traj: "Trajectory", nested: bool = False) -> str:
         ),
         f"<div><span class='muted'>task:</span> {esc_str(field_text(traj.task))}</div>",
     ]
+    sample = None if nested else evaluation_sample(traj)
+    if sample:
+        body.insert(1, evaluation_html(sample))
     if traj.forked_from and not nested:
         edit = traj.change
         where = f" in {edit['agent']}'s run" if edit and edit.get("agent") else ""

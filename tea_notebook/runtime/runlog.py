@@ -21,6 +21,7 @@ from tea_notebook.models.client import ModelClient, ModelReply, display_name, re
 from tea_notebook.protocol.context import Context
 from tea_notebook.redaction import redact
 from tea_notebook.runtime.event_types import (
+    DivergedEvent,
     EgressRefusedEvent,
     ErrorEvent,
     EventType,
@@ -243,6 +244,15 @@ class RunLog:
         uses: Uses | None = ...,
         durable: bool | None = ...,
     ) -> None: ...
+    @overload
+    def emit(
+        self,
+        type_: Literal["diverged"],
+        data: DivergedEvent,
+        step: int | None = ...,
+        uses: Uses | None = ...,
+        durable: bool | None = ...,
+    ) -> None: ...
     def emit(
         self,
         type_: EventType,
@@ -386,27 +396,34 @@ class RunLog:
         self.cost += reply.cost
 
     def close(
-        self, status: FinishedStatus, answer: str, error: str | None, steps: int, files: list[str] | None = None
+        self,
+        status: FinishedStatus,
+        answer: str,
+        error: str | None,
+        steps: int,
+        files: list[str] | None = None,
+        folder: dict[str, str | None] | None = None,
     ) -> None:
-        """Emit ``run_finished`` with totals that include the sub-runs (what this task cost)."""
+        """Emit ``run_finished`` with totals that include the sub-runs (what this task cost) and what
+        changed in the run folder since the last step (``folder``, when something did)."""
         nested = [r for r in self.ws.db.descendants(self.run_id) if r != self.run_id]
         prompt, completion, cost = self.ws.db.model_usage(nested)
         self.prompt_tokens += prompt
         self.completion_tokens += completion
         self.cost += cost
-        self.emit(
-            "run_finished",
-            RunFinishedEvent(
-                status=status,
-                answer=answer,
-                error=error,
-                steps=steps,
-                prompt_tokens=self.prompt_tokens,
-                completion_tokens=self.completion_tokens,
-                cost=self.cost,
-                files=files or [],
-            ),
+        finished = RunFinishedEvent(
+            status=status,
+            answer=answer,
+            error=error,
+            steps=steps,
+            prompt_tokens=self.prompt_tokens,
+            completion_tokens=self.completion_tokens,
+            cost=self.cost,
+            files=files or [],
         )
+        if folder:
+            finished["folder"] = folder
+        self.emit("run_finished", finished)
         self.ws.db.finish_run(self.run_id, status, answer or error or "")  # redacted and clipped there
 
 

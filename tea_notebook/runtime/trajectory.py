@@ -15,6 +15,7 @@ from tea_notebook.store.blobs import shorten
 
 if TYPE_CHECKING:
     from tea_notebook.runtime.contexts import StepContext
+    from tea_notebook.runtime.divergence import Divergence
     from tea_notebook.runtime.host import RunHost
 
 
@@ -235,6 +236,15 @@ class Trajectory:
         return started.get("edit")
 
     @property
+    def divergence(self) -> "Divergence | None":
+        """Where this fork first departed from the run it was forked from (its ``diverged`` event: the
+        step, how, what each run did there), or None when it reproduced it so far (or is no fork)."""
+        from tea_notebook.runtime.divergence import Divergence
+
+        data = next((e.data for e in self.events if e.type == "diverged"), None)
+        return None if data is None else Divergence.of(data, "message" if self.fork_unit == "messages" else "step")
+
+    @property
     def change(self) -> dict[str, Any] | None:
         """What this run's fork changed, or None when it changed nothing: its edit, or for a fork from a
         sub-agent's step the edit made there (with ``agent``, the sub-agent whose run it changed)."""
@@ -303,7 +313,8 @@ class Trajectory:
             f"{indent}task: {shorten(self.task)}",
         ]
         if self.forked_from:
-            lines.append(f"{indent}{self.lineage()}")
+            departed = self.divergence
+            lines.append(f"{indent}{self.lineage()}" + (f"; {departed.first()}" if departed else ""))
         starts = {st.get("first_step"): st for st in self.stages}
         for s in self.steps:
             if s.number in starts:

@@ -216,6 +216,25 @@ def _is_damage(exc: sqlite3.DatabaseError) -> bool:
     return name in ("SQLITE_CORRUPT", "SQLITE_NOTADB") or "malformed" in str(exc) or "not a database" in str(exc)
 
 
+#: the shape of :meth:`Database.export_run_tree`'s data: 1 (no ``version`` key) carried no
+#: run-folder files; 2 adds ``file_blobs``. A newer shape is refused on import, an older one imports.
+RUN_TREE_VERSION = 2
+
+
+def _folder_digests(data: Any) -> set[str]:
+    """The sha256 digests of run-folder files an event's data (JSON text or dict) names in its
+    ``folder`` field (markers such as ``"!link"`` and deletions are no files)."""
+    if isinstance(data, (str, bytes)):
+        try:
+            data = json.loads(data)
+        except ValueError:
+            return set()
+    folder = data.get("folder") if isinstance(data, dict) else None
+    if not isinstance(folder, dict):
+        return set()
+    return {v for v in folder.values() if isinstance(v, str) and len(v) == 64 and not v.startswith("!")}
+
+
 def _damaged(path: Path, problem: object) -> WorkspaceError:
     return WorkspaceError(
         f"workspace database {path} is damaged ({problem}); it was left as it is: restore it from a "
@@ -747,6 +766,15 @@ class Database:
             (*run_ids, *types),
         )
 
+    def step_events_after(self, run_id: str, types: list[str], after: int) -> list[tuple[str, int, str]]:
+        """``(type, step, data)`` of one run's own events of some types at steps after ``after``, in order
+        (what a fork compares its steps with: only the original's steps it has not replayed)."""
+        marks = ",".join("?" * len(types))
+        return self._read(
+            f"SELECT type, step, data FROM events WHERE run_id=? AND type IN ({marks}) AND step > ? ORDER BY seq",
+            (run_id, *types, after),
+        )
+
     def model_usage(self, run_ids: list[str]) -> tuple[int, int, float]:
         """Summed ``(prompt tokens, completion tokens, cost)`` of the model calls of some runs."""
         if not run_ids:
@@ -800,8 +828,11 @@ class Database:
 
     # -- run trees moved between workspaces (a Ray worker's runs into the driver's) -------------
     def export_run_tree(self, run_id: str) -> dict:
-        """A run and its sub-runs as plain data: run rows (every column), their events in order and
-        every kept full text, for :meth:`import_run_tree` in another workspace."""
+        """A run and its sub-runs as plain data: run rows (every column), their events in order,
+        every kept full text and the run-folder file contents their events name (``file_blobs``:
+        ``[sha256, bytes]``, so a fork of an imported run restores its folder; ``missing_files``: those
+        this store does not have), for :meth:`import_run_tree` in another workspace. ``version`` says the tree's shape
+        (:data:`RUN_TREE_VERSION`)."""
         ids = self.descendants(run_id)
         marks = ",".join("?" * len(ids))
         cols = [r[1] for r in self._read("PRAGMA table_info(runs)")]
@@ -811,11 +842,20 @@ class Database:
             [d, size, None if data is None else bytes(data), recipe]
             for d, size, data, recipe in self._read("SELECT digest, size, data, recipe FROM blobs")
         ]
-        return {"runs": runs, "events": events, "blobs": blobs}
+        named = sorted(set().union(*(_folder_digests(e[-1]) for e in events)))
+        files = [[d, bytes(data)] for d, data in self._file_blob_rows(named, "data")]
+        tree = {"version": RUN_TREE_VERSION, "runs": runs, "events": events, "blobs": blobs, "file_blobs": files}
+        # files this store does not have either (its runs came from a tree without them): said, not lost
+        tree["missing_files"] = sorted(set(named) - {d for d, _ in files})
+        return tree
 
     def import_run_tree(self, tree: dict) -> int:
-        """Add the runs, events and full texts of :meth:`export_run_tree` (ids kept; a run already
-        here is skipped with its events). Returns the number of runs added."""
+        """Add the runs, events, full texts and run-folder files of :meth:`export_run_tree` (ids kept;
+        a run already here is skipped with its events). Returns the number of runs added. A tree of
+        a newer shape, or whose files are damaged (content that does not match its sha256) or missing
+        (named by an event, neither in the tree nor here), raises WorkspaceError and nothing is added;
+        a tree exported before files travelled (version 1) imports without them."""
+        files = self._checked_tree_files(tree)
         added = 0
         with self.transaction() as cur:
             have = {r[1] for r in cur.execute("PRAGMA table_info(runs)")}
@@ -835,7 +875,63 @@ class Database:
                 "INSERT OR IGNORE INTO blobs(digest, size, data, recipe) VALUES (?,?,?,?)",
                 [tuple(b) for b in tree.get("blobs", [])],
             )
+            cur.executemany(
+                "INSERT OR IGNORE INTO file_blobs(digest, size, data) VALUES (?,?,?)",
+                [(key, len(data), data) for key, data in files.items()],
+            )
         return added
+
+    def _file_blob_rows(self, digests: list[str], column: str) -> list[tuple[str, Any]]:
+        """``(digest, column)`` of the kept run-folder files among ``digests`` (asked in chunks: SQLite
+        limits the parameters of one statement)."""
+        rows: list[tuple[str, Any]] = []
+        for i in range(0, len(digests), 500):
+            chunk = tuple(digests[i : i + 500])
+            marks = ",".join("?" * len(chunk))
+            rows += self._read(f"SELECT digest, {column} FROM file_blobs WHERE digest IN ({marks})", chunk)
+        return rows
+
+    def _checked_tree_files(self, tree: dict) -> dict[str, bytes]:
+        """The run-folder files an exported tree carries, ``sha256 -> bytes``, each checked against
+        its digest; WorkspaceError for a tree this release cannot read or whose files are damaged or
+        missing (before anything is written)."""
+        if not isinstance(tree, dict):
+            raise WorkspaceError(f"a run tree is a dict from export_run_tree, not {type(tree).__name__}")
+        version = tree.get("version", 1)
+        if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+            raise WorkspaceError(f"the run tree's version must be a whole number (1 or more), not {version!r}")
+        if version > RUN_TREE_VERSION:
+            raise WorkspaceError(
+                f"the run tree was exported by a newer tea_notebook (run tree version {version}; this one reads up "
+                f"to {RUN_TREE_VERSION}): upgrade tea_notebook to import it"
+            )
+        files: dict[str, bytes] = {}
+        entries = tree.get("file_blobs") or []
+        if not isinstance(entries, list):
+            raise WorkspaceError(f"the run tree's file_blobs must be a list of [sha256, bytes], not {entries!r:.100}")
+        for i, entry in enumerate(entries):
+            if not (isinstance(entry, (list, tuple)) and len(entry) == 2 and isinstance(entry[1], (bytes, bytearray))):
+                raise WorkspaceError(f"file_blobs[{i}] of the run tree must be [sha256, bytes], not {entry!r:.100}")
+            key, data = str(entry[0]), bytes(entry[1])
+            if hashlib.sha256(data).hexdigest() != key:
+                raise WorkspaceError(
+                    f"file_blobs[{i}] of the run tree is damaged: its content does not match sha256:{key:.64} "
+                    "(nothing was imported)"
+                )
+            files[key] = data
+        if version >= 2:
+            named: set[str] = set().union(*(_folder_digests(e[-1]) for e in tree.get("events") or []))
+            said = tree.get("missing_files") or []
+            if not isinstance(said, list) or not all(isinstance(d, str) for d in said):
+                raise WorkspaceError(f"the run tree's missing_files must be a list of digests, not {said!r:.100}")
+            here = {d for d, _ in self._file_blob_rows(sorted(named - set(files)), "digest")}
+            absent = sorted(named - set(files) - here - set(said))
+            if absent:
+                raise WorkspaceError(
+                    f"the run tree names {len(absent)} run-folder file(s) it does not carry (first: "
+                    f"sha256:{absent[0]}): it is incomplete; export it again (nothing was imported)"
+                )
+        return files
 
     # -- batch evaluations ----------------------------------------------------------------
     def put_evaluation(self, name: str, config: dict) -> None:
@@ -908,6 +1004,29 @@ class Database:
             )
             out.append(item)
         return out
+
+    def eval_sample_of_run(self, run_id: str) -> dict | None:
+        """The evaluation sample whose run is ``run_id`` (the latest scored, if several), as
+        :meth:`eval_results` gives it plus ``evaluation`` and that evaluation's ``config``; None
+        when the run is no evaluation's."""
+        rows = self._read(
+            "SELECT r.evaluation, r.task_id, r.status, r.correct, r.data, e.config FROM eval_results r "
+            "JOIN evaluations e ON e.name=r.evaluation WHERE instr(r.data, ?) > 0 "
+            "AND json_extract(r.data, '$.run_id')=? ORDER BY r.finished DESC LIMIT 1",
+            (run_id, run_id),
+        )
+        if not rows:
+            return None
+        evaluation, task_id, status, correct, data, config = rows[0]
+        item = json.loads(data)
+        item.update(
+            evaluation=evaluation,
+            task_id=task_id,
+            status=status,
+            correct=None if correct is None else bool(correct),
+            config=json.loads(config),
+        )
+        return item
 
     def delete_evaluation(self, name: str) -> None:
         """Forget an evaluation and its results (its runs stay)."""

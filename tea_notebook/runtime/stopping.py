@@ -1,0 +1,167 @@
+"""How an agent-loop run stops: what it was running is cancelled, waited for or watched, and every
+call the stop cut short ends up recorded on its step — cancelled, never started, or what it returned
+(a synchronous tool cannot be killed: its late result is recorded when it comes, so a resume never
+runs it a second time). :class:`StoppableRun` is the part of :class:`~tea_notebook.runtime.loop.AgentRun`
+that does this.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import time
+from typing import TYPE_CHECKING, Any, Awaitable
+
+from tea_notebook.runtime.event_types import ErrorEvent, StopState, ToolResultEvent
+from tea_notebook.runtime.inflight import STILL_RUNNING, LateCall, observation_of
+from tea_notebook.runtime.runlog import RunInterrupted, RunLog
+
+if TYPE_CHECKING:
+    from tea_notebook.runtime.folder_snapshots import FolderSnapshots
+
+#: seconds a stopped run waits for the tools it was running to end (synchronous ones cannot be killed)
+STOP_GRACE = 1.0
+
+
+class StoppableRun(RunLog):
+    """A run's log with its calls in flight and what a stop does to them (see the module's docstring)."""
+
+    #: the run folder's snapshots (a late result records what its call wrote there)
+    snapshots: "FolderSnapshots"
+
+    def start_stopping(self) -> None:
+        """Nothing running yet, nothing stopped."""
+        #: tool calls running now, by call id: ``(name, step)`` (a stop names those still running)
+        self.in_flight: dict[str, tuple[str, int]] = {}
+        self.reported_stops: set[str] = set()  # call ids already reported as cut short by a stop
+        #: the worker-thread jobs of the calls running now, by call id (a stop records what they return)
+        self.thread_jobs: dict[str, list[concurrent.futures.Future]] = {}
+        #: when the run was stopped (``time.time()``), once it was
+        self.stopped_at: float | None = None
+
+    async def _cancellable(self, coro: Awaitable[Any]) -> Any:
+        """Await ``coro`` while watching the stop signal; cancelling the run cancels it too."""
+        task = asyncio.ensure_future(coro)
+        try:
+            while not task.done():
+                if self.ctx.cancel.is_set():
+                    self.stopped_at = self.stopped_at or time.time()
+                    await self._stop_in_flight(task)
+                    raise RunInterrupted("the run was stopped")
+                await asyncio.wait({task}, timeout=0.05)
+        except asyncio.CancelledError:
+            self.stopped_at = self.stopped_at or time.time()
+            running = dict(self.in_flight)
+            task.cancel()
+            if running:
+                self._report_stopped(running)
+            raise
+        return task.result()
+
+    async def _stop_in_flight(self, task: "asyncio.Future[Any]") -> None:
+        """The run was stopped: cancel what ``task`` runs (in-process async tools are cancelled,
+        sandboxed ones killed), wait up to :data:`STOP_GRACE` seconds for synchronous tools, which
+        see ``ToolContext.cancelled`` and should return, then say in the trajectory which tools were
+        running and which still are."""
+        running = dict(self.in_flight)
+        jobs = [j for call_id in running for j in self.thread_jobs.get(call_id, [])]
+        task.cancel()
+        deadline = time.monotonic() + STOP_GRACE
+        while time.monotonic() < deadline:
+            if task.done() and all(j.done() for j in jobs):
+                break
+            await asyncio.sleep(0.02)
+        if running:
+            self._report_stopped(running)
+
+    def _report_stopped(self, running: dict[str, tuple[str, int]]) -> None:
+        """One ``tool_result`` per tool call the stop cut short, and an ``error`` event naming them
+        (calls that ended and reported it themselves meanwhile are left out). A call whose thread
+        ended meanwhile has what it returned recorded; one whose thread still runs is watched
+        (:data:`~tea_notebook.runtime.inflight.STILL_RUNNING`) and its result recorded when it comes."""
+        running = {k: v for k, v in running.items() if k not in self.reported_stops}
+        self.reported_stops.update(running)
+        if not running:
+            return
+        stopped_at = self.stopped_at or time.time()
+        names_still: set[str] = set()
+        for call_id, (name, step) in running.items():
+            jobs = self.thread_jobs.pop(call_id, [])
+            if any(not j.done() for j in jobs):
+                names_still.add(name)
+                self._watch_late(LateCall(self.run_id, call_id, name, step, stopped_at, jobs))
+                continue
+            late = LateCall(self.run_id, call_id, name, step, stopped_at, jobs)
+            if jobs:  # its thread ended within the grace: what it returned (or that it never started)
+                self._late_ended(late)
+            else:
+                self._record_unfinished(call_id, name, step, "stopped")
+        tools = sorted({name for name, _ in running.values()})
+        still_running = sorted(names_still)
+        message = f"stopped while running {', '.join(tools)}" + (
+            f"; still running: {', '.join(still_running)} (what it returns is recorded when it does)"
+            if still_running
+            else "; none of them is still running"
+        )
+        self.emit(
+            "error", ErrorEvent(kind="tools_interrupted", message=message, tools=tools, still_running=still_running)
+        )
+
+    def _watch_late(self, late: LateCall) -> None:
+        """Say that ``late`` still runs (a synchronous tool cannot be killed) and record what it returns
+        on its step when it does, from the thread it ends in."""
+        result = ToolResultEvent(
+            id=late.call_id,
+            name=late.name,
+            ok=False,
+            error_type="Interrupted",
+            observation=(
+                f"Error: {late.name} was interrupted when the run was stopped; it is still running (a synchronous "
+                "tool that did not check its cancel flag): what it returns is recorded here when it does"
+            ),
+            latency=None,
+            stop_state="running",
+        )
+        self.emit("tool_result", result, late.step)
+        STILL_RUNNING.watch(late, self._late_ended)
+
+    def _record_unfinished(self, call_id: str, name: str, step: int, state: StopState) -> None:
+        """Record that a call cut short by the stop ended without a result (``stopped``: cancelled) or
+        never began (``not_started``): a resumed run runs it."""
+        words = "it never started" if state == "not_started" else "it was stopped"
+        result = ToolResultEvent(
+            id=call_id,
+            name=name,
+            ok=False,
+            error_type="Interrupted",
+            observation=f"Error: {name} was interrupted when the run was stopped; {words}",
+            latency=None,
+            stop_state=state,
+        )
+        self.emit("tool_result", result, step, durable=True)
+
+    def _late_ended(self, late: LateCall) -> None:
+        """Record on its step what a call cut short by the stop returned, and how long after the stop:
+        a resumed run takes it as the call's result (the call is not run again)."""
+        if late.futures[-1].cancelled():
+            self._record_unfinished(late.call_id, late.name, late.step, "not_started")
+            return
+        observation, after = observation_of(late.name, late.futures[-1]), round(late.after, 3)
+        result = ToolResultEvent(
+            id=late.call_id,
+            name=late.name,
+            ok=False,
+            error_type="Interrupted",
+            observation=f"Error: {late.name} was interrupted when the run was stopped; it returned {after:.1f} s "
+            f"after the stop: {observation}",
+            latency=None,
+            returned=observation,
+            late=after,
+        )
+        changed = self.snapshots.changes(self.ws)  # what it wrote in the run folder since the stop
+        if changed:
+            result["folder"] = changed
+        self.emit("tool_result", result, late.step, durable=True)
+
+
+__all__ = ["STOP_GRACE", "StoppableRun"]
