@@ -304,6 +304,16 @@ class Workspace:
 
         return PromotionGate(self, held_out, agent=agent, **options)
 
+    def keep_configuration(self, run_id: str, *, stage: int, name: str) -> "AgentRecord":
+        """Keep the configuration of stage ``stage`` of a ToolSelf run (sub-goal, strategy, toolbox,
+        knowledge) for reuse, as agent ``name`` in the expert-agent bank: a candidate of the promotion
+        gate, made from the run's task and by the run, promoted only by
+        ``ws.promotion_gate(held_out, agent=...).check(name, kind="agent")``. See
+        :mod:`tea_notebook.evolve.kept_configurations`."""
+        from tea_notebook.evolve.kept_configurations import keep_configuration
+
+        return keep_configuration(self, run_id, stage=stage, name=name)
+
     def lineage(self, name: str | None = None, *, kind: str = "tool") -> "Lineage":
         """The evolution lineage of the tools (or of ``name``; ``kind="experience"`` or ``"agent"``: of
         the experience entries or the expert agents): every version with its parent, the runs that

@@ -99,6 +99,10 @@ assert decision.status == "promoted" and decision.n == 6 and decision.ci_low > 0
 assert [(n.version, n.status) for n in lineage.nodes["count_vowels"]] == [(1, "registered"), (2, "promoted")]
 assert lineage.unused == ["count_vowels"] and plan.applied and ws.tools.get("count_vowels").version == 1
 assert len(ws.tools.versions("count_vowels")) == 3
+assert run.status == "success" and kept.metadata["evolution"]["status"] == "candidate", run.answer
+assert kept_decision.status == "promoted" and kept_decision.kind == "agent", kept_decision
+(kept_node,) = ws.lineage("vowel_stage", kind="agent").nodes["vowel_stage"]
+assert (kept_node.status, kept_node.made_by) == ("promoted", [run.run_id])
 """,
     ],
     "guide/time-travel.md": [

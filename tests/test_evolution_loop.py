@@ -304,6 +304,9 @@ def test_two_task_stream_creates_then_reuses_tool_agent_and_experience(ws):
     assert '{"text": "banana"} -> 3' in react_system(world)  # braces survive the system-prompt template
     stats = ws.experiences.stats(written.name)
     assert (stats.retrieved, stats.succeeded, stats.failed) == (1, 1, 0)
+    # the lineage lists the run it was given to, with how that run ended
+    nodes = ws.lineage(written.name, kind="experience").nodes[written.name]
+    assert [(u.run_id, u.status) for n in nodes for u in n.used_by] == [(sub.run.run_id, sub.run.status)]
     assert "find_agent" in steps(ws, second.run_id) and "create_agent" not in steps(ws, second.run_id)
     tools = tool_stats(ws)
     assert (tools.created, tools.reuse_decisions, tools.reused_tools, tools.reuse_rate) == (1, 1, 1, 1.0)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable
 
 from tea_notebook.errors import NotFoundError, TeaError
-from tea_notebook.evolve.gate import CANDIDATE, evolution_metadata, is_candidate
+from tea_notebook.evolve.gate import CANDIDATE, evolution_metadata, is_candidate, is_kept_configuration
 from tea_notebook.protocol.records import AgentRecord
 
 if TYPE_CHECKING:
@@ -291,14 +291,16 @@ class AgentBank:
         return name
 
     def _ours(self, name: str) -> bool:
-        """True when ``name`` is free or belongs to an evolved expert (now or in its last version)."""
+        """True when ``name`` is free or belongs to an evolved expert (now or in its last version); a
+        kept ToolSelf configuration is not the bank's to revise."""
         current = self.registry.current(name)
         if current is not None:
-            return current.origin == ORIGIN
+            return current.origin == ORIGIN and not is_kept_configuration(current)
         history = self.registry.versions(name) if self.workspace.db.history("agent", name) else []
         if not history:
             return True
-        return self.registry.get(name, version=history[-1].version).origin == ORIGIN
+        last = self.registry.get(name, version=history[-1].version)
+        return last.origin == ORIGIN and not is_kept_configuration(last)
 
 
 __all__ = ["AgentBank", "AgentBankError", "ExpertSpec", "check_spec", "role_name", "SPEC_KEYS"]

@@ -11,7 +11,9 @@ the interval of the mean per-task gain at ``level`` lies above zero; otherwise i
 Either way the decision, its cohort and its evidence are stored (versions of kind
 ``promotion_gate``, one history per asset), so it can be looked at and measured again
 (:func:`recheck`). Experiences (lessons) go the same way: a candidate entry is left out of
-retrieval, and the gate gives it to the agent's "with" arm in its system prompt.
+retrieval, and the gate gives it to the agent's "with" arm in its system prompt. Expert agents go as
+kind ``"agent"``, and so do ToolSelf configurations kept for reuse
+(:mod:`tea_notebook.evolve.kept_configurations`: their whole toolbox given, every tool registered).
 
 The interval is that of the mean per-task difference (with − without) over the held-out tasks, from
 :meth:`tea_notebook.eval.stats.Estimate.interval`: Student-t by default (right at small n), or a
@@ -404,6 +406,9 @@ class PromotionGate:
             with_it.tools.append(name)
         elif kind == "experience":
             with_it.system_prompt = with_lesson(base.system_prompt, record)
+        elif is_kept_configuration(record):  # a ToolSelf stage's configuration: all of its toolbox, registered
+            with_it.system_prompt = with_configuration(base.system_prompt, record)
+            with_it.tools += [t for t in configuration_tools(self.ws, record) if t not in with_it.tools]
         else:  # an expert: its role and suggestions in the prompt, its tools added
             with_it.system_prompt = with_expert(base.system_prompt, record)
             with_it.tools += [t for t in record.tools if t not in with_it.tools and t in self.ws.tools]
@@ -507,6 +512,46 @@ def with_expert(system_prompt: str | None, record: Any) -> str:
     return f"{system_prompt or SYSTEM_PROMPT}\n<expert>\n{text}\n</expert>"
 
 
+#: the metadata key of an agent card that is a ToolSelf configuration kept for reuse
+#: (:mod:`tea_notebook.evolve.kept_configurations` writes it)
+KEPT_CONFIGURATION_KEY = "toolself_configuration"
+
+
+def is_kept_configuration(record: Any) -> bool:
+    """Whether an agent card is a ToolSelf configuration kept for reuse."""
+    metadata = getattr(record, "metadata", None)
+    return isinstance(metadata, dict) and isinstance(metadata.get(KEPT_CONFIGURATION_KEY), dict)
+
+
+def configuration_tools(ws: "RunHost", record: Any) -> list[str]:
+    """A kept configuration's toolbox, every tool registered (a clear error naming the missing ones)."""
+    toolbox = [str(t) for t in record.metadata[KEPT_CONFIGURATION_KEY].get("toolbox") or []]
+    missing = [t for t in toolbox if t not in ws.tools]
+    if missing:
+        raise TeaError(
+            f"the kept configuration {record.name!r} v{record.version} needs tool(s) that are not registered: "
+            f"{', '.join(missing)}; register them again before the gate measures it (nothing was run)"
+        )
+    return toolbox
+
+
+def with_configuration(system_prompt: str | None, record: Any) -> str:
+    """An agent's system prompt (a template: braces doubled) with a kept configuration's sub-goal,
+    strategy, toolbox and knowledge appended in a ``<configuration>`` block."""
+    from tea_notebook.runtime.prompts import SYSTEM_PROMPT
+
+    kept = record.metadata[KEPT_CONFIGURATION_KEY]
+    lines = [
+        f"Sub-goal: {kept.get('sub_goal', '')}",
+        f"Strategy: {kept.get('strategy', '')}",
+        f"Toolbox: {', '.join(kept.get('toolbox') or [])}",
+    ]
+    if kept.get("knowledge_text"):
+        lines.append(f"Knowledge: {kept['knowledge_text']}")
+    text = "\n".join(lines).replace("{", "{{").replace("}", "}}")
+    return f"{system_prompt or SYSTEM_PROMPT}\n<configuration>\n{text}\n</configuration>"
+
+
 def _task_hash(task: "Task") -> str:
     blob = json.dumps([task.id, task.question, task.answer], ensure_ascii=False)
     return hashlib.sha256(blob.encode()).hexdigest()
@@ -543,6 +588,7 @@ def unused_promotions(ws: "RunHost", kind: str = "tool") -> list[str]:
 __all__ = [
     "CANDIDATE",
     "DECISION_KIND",
+    "KEPT_CONFIGURATION_KEY",
     "KINDS",
     "PROMOTED",
     "UNMEASURED",
@@ -550,15 +596,18 @@ __all__ = [
     "GateDecision",
     "LeakageError",
     "PromotionGate",
+    "configuration_tools",
     "decisions",
     "enter_candidate",
     "evolution_metadata",
     "evolution_of",
     "is_candidate",
+    "is_kept_configuration",
     "leaked",
     "made_from",
     "min_tasks",
     "promote",
     "recheck",
     "unused_promotions",
+    "with_configuration",
 ]

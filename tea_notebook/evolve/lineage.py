@@ -5,8 +5,8 @@ A node is one version of an asset (a tool, or an experience entry) as it was mad
 version registered without the gate, or a hand-registered one. A promotion is a later version of
 the record that points back at its candidate (``metadata["evolution"]["promotes"]``) and is folded
 into that node. Each node shows its parent (the version it replaced), the runs that made it, the
-gate's decisions about it, the runs that used it while it was current — called a tool, ran as an
-expert agent (experience retrievals are counted, not recorded per run) — and how they ended, and
+gate's decisions about it, the runs that used it while it was current (a tool's calls, an expert
+agent's runs, the runs the evolution loop gave an experience entry to) and how they ended, and
 whether it was rolled back.
 
 :meth:`Lineage.rollback` takes a node and every node derived from it out of use: the asset's current
@@ -306,6 +306,25 @@ def _uses(ws: "RunHost", names: set[str]) -> dict[str, list[tuple[str, float]]]:
     return out
 
 
+def _experience_uses(ws: "RunHost", names: set[str]) -> dict[str, list[tuple[str, float]]]:
+    """``entry -> [(run id, time)]`` of the runs the evolution loop gave experience entries ``names``
+    (its ``execute`` stages record the run and the entries retrieved for it), oldest first."""
+    ws.events.flush()
+    out: dict[str, list[tuple[str, float]]] = {}
+    for _, _type, at, data in ws.db.events_of_type(["step"]):
+        if '"experiences' not in data:
+            continue
+        for action, args, _ in json.loads(data).get("results") or []:
+            if action != "execute":
+                continue
+            given = json.loads(args) if isinstance(args, str) else args
+            run_id = given.get("run") if isinstance(given, dict) else None
+            for entry in (given.get("experiences") or []) if run_id else []:
+                if entry in names:
+                    out.setdefault(entry, []).append((run_id, at))
+    return out
+
+
 def _agent_runs(ws: "RunHost", names: set[str]) -> dict[str, list[tuple[str, float]]]:
     """``agent -> [(run id, start time)]`` of the runs of ``names``, oldest first."""
     out: dict[str, list[tuple[str, float]]] = {}
@@ -337,7 +356,8 @@ def evolution_lineage(ws: "RunHost", name: str | None = None, kind: str = "tool"
     for n in names:
         for v in ws.db.history(ROLLBACK_KIND, f"{asset}:{n}"):
             rolled.setdefault(n, set()).update(json.loads(v.data)["nodes"])
-    uses = _uses(ws, set(names)) if asset == "tool" else _agent_runs(ws, set(names)) if asset == "agent" else {}
+    finders = {"tool": _uses, "agent": _agent_runs, "experience": _experience_uses}
+    uses = finders[asset](ws, set(names)) if asset in finders else {}
     scores = _run_scores(ws) if uses else {}
     gates: dict[str, list[GateDecision]] = {}
     for d in decisions(ws, name, asset):

@@ -465,7 +465,14 @@ class Mem2Evolve:
         trace.recruits.setdefault(sub.number, recruit)
         proc.step(
             "execute",
-            {"subtask": sub.number, "agent": recruit.agent.name, "run": result.run_id, "tools": tools},
+            # the experiences it was given: the lineage lists this run among their uses
+            {
+                "subtask": sub.number,
+                "agent": recruit.agent.name,
+                "run": result.run_id,
+                "tools": tools,
+                "experiences": retrieved,
+            },
             f"{result.status}: {result.answer}",
             ok=result.status not in ("error", "interrupted"),
         )
