@@ -1,7 +1,11 @@
 """Benchmarks of the specialist agents (issue 11): the deep researcher's framework overhead per round and
 the deep analyzer's document conversion against calling markitdown directly.
 
-    .venv/bin/python bench/bench_orchestra.py [--write] [--runs 100] [--reps 3] [--profile]
+    .venv/bin/python bench/bench_orchestra.py [--write] [--runs 100] [--reps 3] [--profile] [--corpus 1000]
+        [--small-documents] [--quick]
+
+``--quick`` (the suite's smoke run, seconds) takes 2 runs over a 60-file corpus and one pass over a folder
+with two short PDFs; its figures mean nothing.
 
 Measures, on this machine, in one run:
   1. ``DeepResearcher.run`` on a local corpus of 1,002 documents (``tests/sitekit.py``'s ``corpus(folder,
@@ -156,9 +160,9 @@ def _round_times(log: list[tuple[float, str, str, dict[str, Any]]], run_id: str)
     return out
 
 
-def bench_researcher(base: Path, runs: int, profile: bool) -> dict[str, Any]:
+def bench_researcher(base: Path, runs: int, profile: bool, corpus: int = 1000) -> dict[str, Any]:
     sitekit = test_module("sitekit")
-    folder = sitekit.corpus(base / "corpus", n=1000)
+    folder = sitekit.corpus(base / "corpus", n=corpus)
     ws = tea_notebook.Workspace(base / "ws-research")  # the default embedder (MiniLM): what users get
     out: dict[str, Any] = {"embedder": ws.embedder.id, "files": len(list(folder.iterdir()))}
     try:
@@ -387,9 +391,10 @@ _WORDS = (
 ).split()
 
 
-def make_documents(folder: Path) -> tuple[list[Path], dict[str, Any]]:
+def make_documents(folder: Path, small: bool = False) -> tuple[list[Path], dict[str, Any]]:
     """The mixed folder: 12 multi-page PDFs (420 pages of about 3 KB of text), 4 DOCX, 3 XLSX (2 sheets),
-    3 PPTX (12 slides), 4 HTML, 3 CSV. Returns the files and their page-equivalents (see render)."""
+    3 PPTX (12 slides), 4 HTML, 3 CSV. Returns the files and their page-equivalents (see render).
+    ``small``: two short PDFs (5 pages) and the rest as they are (a smoke run's folder)."""
     docfactory = test_module("docfactory")
     rng = random.Random(11)
 
@@ -405,7 +410,7 @@ def make_documents(folder: Path) -> tuple[list[Path], dict[str, Any]]:
 
     files: list[Path] = []
     units = {"pdf": 0, "docx": 0, "xlsx": 0, "pptx": 0, "html": 0, "csv": 0}
-    for i, pages in enumerate((8, 12, 16, 20, 24, 30, 36, 40, 48, 56, 60, 70)):
+    for i, pages in enumerate((2, 3) if small else (8, 12, 16, 20, 24, 30, 36, 40, 48, 56, 60, 70)):
         texts = [f"Report {i}, page {p + 1}\n{para(6)}\n{para(6)}\n{para(5)}" for p in range(pages)]
         files.append(docfactory.pdf(folder, texts, name=f"report-{i:02d}.pdf"))
         units["pdf"] += pages
@@ -517,11 +522,11 @@ def convert_ours(converter: DocumentConverter, path: Path) -> tuple[float, str, 
     return took, hashlib.sha256(conversion.markdown.encode()).hexdigest(), conversion.cached
 
 
-def bench_documents(base: Path, reps: int) -> dict[str, Any]:
+def bench_documents(base: Path, reps: int, small: bool = False) -> dict[str, Any]:
     """Cold: a fresh workspace (empty cache, no sandbox session) and a fresh markitdown process per
     repetition; the files are converted alternately by both, file by file (which goes first alternates),
     so that drift of the machine's load hits both alike. Warm: the same folder again, ours only."""
-    paths, info = make_documents(base / "documents")
+    paths, info = make_documents(base / "documents", small)
     out: dict[str, Any] = {"files": len(paths), "reps": reps, **{k: v for k, v in info.items() if k != "small"}}
     reps_out: list[dict[str, Any]] = []
     warms: list[float] = []
@@ -819,14 +824,16 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=100, help="timed research runs (3 rounds each)")
     parser.add_argument("--reps", type=int, default=3, help="cold conversion passes of the folder, each side")
     parser.add_argument("--profile", action="store_true", help="profile the research runs even when on target")
-    args = parse_args(parser, runs=2, reps=1)
+    parser.add_argument("--corpus", type=int, default=1000, help="files in the researcher's corpus")
+    parser.add_argument("--small-documents", action="store_true", help="two short PDFs instead of twelve long ones")
+    args = parse_args(parser, runs=2, reps=1, corpus=60, small_documents=True)
     command = ".venv/bin/python bench/bench_orchestra.py --write"
     results: dict[str, Any] = {"machine": machine(), "when": time.strftime("%Y-%m-%d")}
     started = time.perf_counter()
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="tea-bench-orchestra-") as tmp:
         base = Path(tmp)
-        results["researcher"] = bench_researcher(base, args.runs, args.profile)
+        results["researcher"] = bench_researcher(base, args.runs, args.profile, args.corpus)
         results["researcher"]["load"] = os.getloadavg()[0]
         r = results["researcher"]
         print(
@@ -836,7 +843,7 @@ def main() -> None:
         )
         if "profile" in r:
             print(r["profile"], flush=True)
-        results["documents"] = bench_documents(base, args.reps)
+        results["documents"] = bench_documents(base, args.reps, args.small_documents)
         results["documents"]["load"] = os.getloadavg()[0]
         print("documents", results["documents"], flush=True)
     results["load"] = (load_before, os.getloadavg()[0])
