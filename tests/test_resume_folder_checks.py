@@ -144,6 +144,12 @@ def test_a_tool_writes_in_its_runs_folder_and_a_fork_finds_it(ws):
 
 
 def test_a_tool_context_stays_in_its_runs_folder(ws, tmp_path):
+    tool_context_stays(ws, tmp_path)
+
+
+def tool_context_stays(ws, tmp_path):
+    """A tool writing through its context (a name the model may have chosen) stays in its run's
+    folder: no ``..``, no absolute path, no link planted there is followed."""
     from tea_notebook.protocol.context import Context
 
     outside = tmp_path / "outside.txt"
@@ -352,3 +358,40 @@ def test_a_file_made_unreadable_by_hand_as_root_and_as_a_user(tmp_path, who):
     else:
         assert "changed b.txt" in report["refused"], report
         assert any("not restored (not kept): b.txt" in n for n in report["notices"]) and not report["b"]
+
+
+AS_USER_CONTEXT = r"""
+import os, sys
+from pathlib import Path
+os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
+sys.path.insert(0, {tests!r})
+import tea_notebook
+import test_resume_folder_checks as t
+
+home = Path({home!r})
+ws = tea_notebook.Workspace(home / "ws", embedder="hashing")
+(home / "t").mkdir()
+t.tool_context_stays(ws, home / "t")
+ws.close()
+print("uid", os.geteuid())
+"""
+
+
+def test_a_tool_context_stays_in_its_runs_folder_as_a_user():
+    """The same attacks on a tool's context, made by an ordinary user (the test above runs as root)."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to run the check as another user")
+    from test_boundary import run_as_user, unprivileged_user, user_python
+
+    uid, gid, user_home = unprivileged_user()
+    home = Path(tempfile.mkdtemp(prefix="tool-context-", dir=user_home))
+    os.chown(home, uid, gid)
+    python, env = user_python(uid, gid, home)
+    try:
+        done = run_as_user(
+            uid, gid, home, python, env, AS_USER_CONTEXT.format(tests=str(ROOT / "tests"), home=str(home))
+        )
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == f"uid {uid}"
