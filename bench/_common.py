@@ -6,7 +6,9 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import shlex
 import statistics
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,6 +27,17 @@ def machine() -> str:
         pass
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     return f"{os.cpu_count()} cores ({cpu}), {mem:.0f} GiB, Python {platform.python_version()}, {platform.system()}"
+
+
+def command_line() -> str:
+    """The command that produced the figures, as it was typed (arguments included, ``--write`` only when
+    it was given), for the "Command:" line of a section."""
+    script = Path(sys.argv[0]).resolve()
+    try:
+        shown = str(script.relative_to(ROOT))
+    except ValueError:
+        shown = str(script)
+    return " ".join([".venv/bin/python", shown, *(shlex.quote(a) for a in sys.argv[1:])])
 
 
 def summary(samples: list[float]) -> dict[str, float]:

@@ -10,7 +10,7 @@ Measures, on this machine, in one run:
      sandbox.py and child script loaded from git, behind bubblewrap too): wall time per call
      (min/median/max over --calls) and CPU time per call (this process's thread, per call; the
      child's processes, every thread, per round from the kernel's schedstat);
-  2. the cold start (spawn to ready, median of --cold) of the same three sandboxes;
+  2. the cold start (spawn to ready, min/median/max of --cold, the three taking turns) of the same three sandboxes;
   3. a generated tool's call through ``ws.tools.invoke``: out of process (its warm sandbox session,
      the default) vs in this process (the ``trust("in_process")`` opt-in), same function.
 With --write the figures replace the "Security boundary" section of docs/benchmarks.md.
@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from _common import machine, parse_args, publish, summary  # noqa: E402
+from _common import command_line, machine, parse_args, publish, summary  # noqa: E402
 
 import tea_notebook  # noqa: E402
 from tea_notebook.envs.sandbox import PythonSandbox, _descendants  # noqa: E402
@@ -201,16 +201,21 @@ def warm_interleaved(contenders: list[Contender], calls: int, rounds: int) -> No
             who.child_cpu.append(sum(used.values()) / 1e9 / per_round)
 
 
-def cold_starts(cls: Any, base: Path, tag: str, cold: int, **options: Any) -> dict[str, Any]:
-    starts = []
+def cold_starts(sandboxes: dict[str, tuple[Any, str, dict[str, Any]]], base: Path, cold: int) -> dict[str, Any]:
+    """Spawn to ready of each sandbox ``label: (class, tag, options)``, ``cold`` times after two
+    warm-ups each (page cache, the bwrap probe), the sandboxes taking turns, the order rotating."""
+    starts: dict[str, list[float]] = {label: [] for label in sandboxes}
+    labels = list(sandboxes)
     for i in range(cold + 2):
-        box = cls(base / f"{tag}-cold-{i}", timeout=30, **options)
-        t0 = time.perf_counter()
-        box._spawn()
-        if i >= 2:  # two warm-ups: page cache, the bwrap probe
-            starts.append(time.perf_counter() - t0)
-        box.kill()
-    return summary(starts)
+        for label in labels[i % len(labels) :] + labels[: i % len(labels)]:
+            cls, tag, options = sandboxes[label]
+            box = cls(base / f"{tag}-cold-{i}", timeout=30, **options)
+            t0 = time.perf_counter()
+            box._spawn()
+            if i >= 2:
+                starts[label].append(time.perf_counter() - t0)
+            box.kill()
+    return {label: summary(values) for label, values in starts.items()}
 
 
 def tool_calls(base: Path, calls: int) -> dict[str, Any]:
@@ -329,7 +334,7 @@ def filter_report(figures: dict[str, Any], commit: str) -> str:
     cold = statistics.median(figures["after"]["cold"]) * 1e3
     return f"""## Seccomp filter: set-id modes at creation (issue 19)
 
-Command: `.venv/bin/python bench/bench_boundary.py --write --filter-only --filter-base {commit}`
+Command: `{command_line()}`
 Machine: {machine()}; run {time.strftime("%Y-%m-%d")}. "before" is the seccomp filter of commit {commit} (set-id bits refused in chmod
 calls only), "after" this one (also in open/openat with O_CREAT or O_TMPFILE, creat, mknod, mknodat;
 openat2 refused with ENOSYS). Both run in the same process, interleaved round by round. The open row
@@ -365,8 +370,8 @@ def report(figures: dict[str, Any], args: argparse.Namespace) -> str:
             f"| {host + child:.0f} | {statistics.median(who.wall) / pipe_median:.1f}× |"
         )
     cold_rows = [
-        f"| {label.replace('commit --base', args.base)} | {figures['cold'][label]['median_ms']:.0f} | {figures['cold'][label]['min_ms']:.0f} "
-        f"| {figures['cold'][label]['n']} |"
+        f"| {label.replace('commit --base', args.base)} | {figures['cold'][label]['min_ms']:.0f} "
+        f"| **{figures['cold'][label]['median_ms']:.0f}** | {figures['cold'][label]['max_ms']:.0f} | {figures['cold'][label]['n']} |"
         for label in figures["cold"]
     ]
     new, old = by[AFTER], by[BEFORE]
@@ -388,7 +393,7 @@ def report(figures: dict[str, Any], args: argparse.Namespace) -> str:
 
     return f"""## Security boundary
 
-Command: `.venv/bin/python bench/bench_boundary.py --write --calls {args.calls} --rounds {args.rounds} --cold {args.cold} --base {args.base}`
+Command: `{command_line()}`
 Machine: {machine()}; run {time.strftime("%Y-%m-%d")}. Every figure below comes from the same run; the machine is
 shared (load average {figures["load"][0]:.1f} when the run started, {os.getloadavg()[0]:.1f} when it ended, on {os.cpu_count()} cores), so
 minima and CPU time show cost best, medians and maxima include waiting for the other work.
@@ -405,7 +410,9 @@ schedstat, per round):
 {chr(10).join(rows)}
 
 - Warm: **{new_mid:.3f} ms** with bubblewrap (target ≤ {WARM_TARGET_MS:g} ms {mark(new_mid <= WARM_TARGET_MS)}), was {old_mid:.3f} ms at
-  {args.base} ({old_mid / new_mid:.1f}× faster); CPU per call {new_cpu:.0f} µs, was {old_cpu:.0f} µs ({old_cpu / new_cpu:.1f}× less).
+  {args.base} (now {new_mid / old_mid:.2f}× that); CPU per call {new_cpu:.0f} µs, was {old_cpu:.0f} µs (now {new_cpu / old_cpu:.2f}× that).
+  This run's median is the figure to quote for a warm sandbox call; medians of other runs differ with the machine's
+  load (the minima, 0.2–0.3 ms, move least), so compare a sandbox call only with a peer measured in the same run.
 - Where it goes (CPU per call of the bubblewrap row, by process: {profile}): three processes and
   three pipe hops instead of one process and two (the request goes straight to the worker, its id
   to the supervisor, and the answer through the supervisor, which owns the control channel so that
@@ -419,13 +426,16 @@ schedstat, per round):
   cgroup counters around each call (through descriptors held open).
 - Boundary measured: {figures["state"]}
 
-Cold start, spawn to ready:
+Cold start, spawn to ready (wall; the three sandboxes' starts interleaved):
 
-| sandbox | median ms | min ms | n |
-|---|---|---|---|
+| sandbox | min ms | median ms | max ms | n |
+|---|---|---|---|---|
 {chr(10).join(cold_rows)}
 
-Cold start {cold_new:.0f} ms with bubblewrap (target ≤ {COLD_TARGET_MS:g} ms {mark(cold_new <= COLD_TARGET_MS)}).
+Cold start {cold_new:.0f} ms with bubblewrap (target ≤ {COLD_TARGET_MS:g} ms {mark(cold_new <= COLD_TARGET_MS)}), against
+{figures["cold"][BEFORE]["median_ms"]:.0f} ms for {args.base}'s sandbox in the same run. Since issue 31 a bubblewrap sandbox started by
+root first starts a staging child that drops to the host uid nobody and then starts bubblewrap, so the sandbox holds no
+root-owned process; that child is one more interpreter start on the way to ready.
 
 A generated tool's call through `ws.tools.invoke` (warm, {args.calls} calls, same function):
 
@@ -471,11 +481,15 @@ def main() -> None:
             for who in contenders:
                 who.close()
         figures["warm"] = contenders
-        figures["cold"] = {
-            AFTER: cold_starts(PythonSandbox, base, "bwrap", args.cold, isolation="bubblewrap"),
-            BEFORE: cold_starts(previous, base, "before", args.cold, isolation="bubblewrap"),
-            FALLBACK: cold_starts(PythonSandbox, base, "process", args.cold, isolation="process"),
-        }
+        figures["cold"] = cold_starts(
+            {
+                AFTER: (PythonSandbox, "bwrap", {"isolation": "bubblewrap"}),
+                BEFORE: (previous, "before", {"isolation": "bubblewrap"}),
+                FALLBACK: (PythonSandbox, "process", {"isolation": "process"}),
+            },
+            base,
+            args.cold,
+        )
         figures["tools"] = tool_calls(base, args.calls)
     publish(report(figures, args), args.write)
 

@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from _common import machine, publish, summary  # noqa: E402
+from _common import command_line, machine, publish, summary  # noqa: E402
 from bench_envs import _Site  # noqa: E402 - the same local pages as the environments' benchmark
 
 from tea_notebook.egress.policy import EgressPolicy  # noqa: E402
@@ -47,7 +47,9 @@ VARIANTS = ("direct", "proxy", "confined")
 
 
 class _NoProxy:
-    """Stands in for the proxy of the ``direct`` session, which has none."""
+    """Stands in for the proxy of the ``direct`` session, which has none (and so no credential)."""
+
+    username = password = None
 
     def close(self) -> None:
         pass
@@ -143,7 +145,8 @@ def render(r: dict[str, Any]) -> str:
     verdict = "within" if added["confined"] <= NAVIGATION_TARGET else "OVER"
     return f"""## Browser boundary
 
-Command: `.venv/bin/python bench/bench_browser_boundary.py {r["args"]}` — machine: {machine()}; run {time.strftime("%Y-%m-%d")}. Three sessions of the same `Browser` code, driven in
+Command: `{r["command"]}` — machine: {machine()}; run {time.strftime("%Y-%m-%d")}; load average (1-min)
+{r["load"][0]:.2f} before, {r["load"][1]:.2f} after, on 2 cores shared with other work. Three sessions of the same `Browser` code, driven in
 one loop with their rounds interleaved: **direct** (Chromium on the host, no proxy: the browser before
 issue 19), **proxy** (the fallback: on the host, through the egress proxy) and **confined** (the default:
 inside bubblewrap, its only network the bridge to the proxy). `goto` of a local page (allowed by the
@@ -179,8 +182,10 @@ def main() -> None:
         print("bubblewrap cannot run here: the confined browser cannot be measured")
         return
     reps, cold = (6, 2) if args.quick else (args.reps, args.cold)
+    load = os.getloadavg()[0]
     results = asyncio.run(run(reps, cold))
-    results["args"] = " ".join(sys.argv[1:])
+    results["command"] = command_line()
+    results["load"] = (load, os.getloadavg()[0])
     publish(render(results), args.write and not args.quick)
 
 

@@ -46,7 +46,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from _common import machine, parse_args, publish, summary  # noqa: E402
+from _common import command_line, machine, parse_args, publish, summary  # noqa: E402
 
 import tea_notebook  # noqa: E402
 from tea_notebook._sync import run_sync  # noqa: E402
@@ -384,7 +384,7 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=3, help="throughput runs (after a warm-up run)")
     parser.add_argument("--profile", action="store_true", help="profile the hops even when on target")
     args = parse_args(parser, hops=20, messages=16, reps=1)
-    command = ".venv/bin/python bench/bench_coral.py --write"
+    command = command_line()
     results: dict[str, Any] = {"machine": machine(), "when": time.strftime("%Y-%m-%d")}
     load_before = os.getloadavg()[0]
     started = time.perf_counter()

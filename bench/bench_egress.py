@@ -10,9 +10,12 @@ allowed explicitly by host and port):
   checked) — against a plain ``httpx.AsyncClient`` GET of the same URL. A fresh client per fetch on
   both sides, as the reader makes one per page. Target: ≤ 5 ms added per fetch.
 * **proxy**: a sandbox's way out — an HTTP GET through the bridge's loopback port and the host
-  proxy's Unix socket (policy check, connection to the checked address, forwarding) — against the
+  proxy's Unix socket (policy check, the port rule, the request head parsed and rewritten, exactly
+  its body forwarded, the answer's head rewritten, connection to the checked address) — against the
   same GET sent straight to the server on a fresh socket. The floor to compare with is the direct
   socket: two extra local hops (bridge, proxy) and a policy check.
+* **fallback proxy**: the same GET through the loopback TCP proxy a sandbox without bubblewrap uses,
+  its session credential (``Proxy-Authorization``) checked on every request: one local hop, no bridge.
 
 The two sides take turns (which goes first alternates) so the shared machine's load hits both alike.
 Reported: min / median / max of wall time and the median of CPU time (this process), n per side.
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import http.server
 import socket
 import statistics
@@ -37,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from _common import machine, publish  # noqa: E402
+from _common import command_line, machine, publish  # noqa: E402
 
 from tea_notebook.egress import EgressPolicy, EgressProxy, policy_client  # noqa: E402
 from tea_notebook.egress.bridge import start_bridge  # noqa: E402
@@ -78,6 +82,17 @@ def timed(fn) -> tuple[float, float]:
     return time.perf_counter() - wall, time.process_time() - cpu
 
 
+def rotate(sides: list, n: int) -> list[list]:
+    """``n`` timings of each side, the sides taking turns and each round starting one side later, so a
+    load spike hits every side alike."""
+    out: list[list] = [[] for _ in sides]
+    for i in range(n):
+        for k in range(len(sides)):
+            j = (i + k) % len(sides)
+            out[j].append(timed(sides[j]))
+    return out
+
+
 def interleave(a, b, n: int) -> tuple[list, list]:
     out_a, out_b = [], []
     for i in range(n):
@@ -101,6 +116,7 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=300, help="fetches per side")
     args = parser.parse_args()
     n = 10 if args.quick else args.n
+    load_before = Path("/proc/loadavg").read_text().split()[0]
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -138,23 +154,33 @@ def main() -> None:
                 size += len(chunk)
         assert size > len(PAGE)
 
-    with EgressProxy(policy) as proxy:
+    with EgressProxy(policy) as proxy, EgressProxy(policy, tcp=True, credential=True) as fallback:
         _thread, bridge = start_bridge(proxy.socket_path, 0)
+        secret = base64.b64encode(f"{fallback.username}:{fallback.password}".encode()).decode()
+        authorized = f"GET {url} HTTP/1.1\r\nHost: 127.0.0.1\r\nProxy-Authorization: Basic {secret}\r\n\r\n".encode()
         get(("127.0.0.1", bridge), request)
-        proxy_direct, proxy_via = interleave(
-            lambda: get(("127.0.0.1", port), plain), lambda: get(("127.0.0.1", bridge), request), n
+        get(("127.0.0.1", fallback.port), authorized)
+        proxy_direct, proxy_via, proxy_tcp = rotate(
+            [
+                lambda: get(("127.0.0.1", port), plain),
+                lambda: get(("127.0.0.1", bridge), request),
+                lambda: get(("127.0.0.1", fallback.port), authorized),
+            ],
+            n,
         )
     loop.close()
     server.shutdown()
 
+    load_after = Path("/proc/loadavg").read_text().split()[0]
     fd, fc = stats(fetch_direct), stats(fetch_checked)
-    pd, pv = stats(proxy_direct), stats(proxy_via)
+    pd, pv, pt = stats(proxy_direct), stats(proxy_via), stats(proxy_tcp)
     section = "\n".join(
         [
             "## Egress policy: a checked fetch and the proxy",
             "",
-            f"Measured {date.today().isoformat()} on {machine()}; `.venv/bin/python bench/bench_egress.py --write`. "
-            f"The two sides of each comparison take turns in one run; wall time in ms (min / median / max) and "
+            f"Command: `{command_line()}` — machine: {machine()}; run {date.today().isoformat()}; load average "
+            f"(1-min) {load_before} before, {load_after} after, on 2 cores shared with other work. "
+            f"The sides of each comparison take turns in one run; wall time in ms (min / median / max) and "
             f"the median CPU time of this process, n per side.",
             "",
             "| what | min | median | max | CPU (median) | n |",
@@ -163,11 +189,13 @@ def main() -> None:
             row("page fetch through the policy (check, resolve once, connect to the checked address)", fc),
             row("GET straight to the server (fresh socket: the floor)", pd),
             row("GET through the sandbox's bridge and the host's egress proxy", pv),
+            row("GET through the fallback's loopback proxy (credential checked)", pt),
             "",
             f"The policy adds **{fc['median'] - fd['median']:.2f} ms** per page fetch (median; target ≤ 5 ms), "
             f"{fc['cpu'] - fd['cpu']:.2f} ms of CPU. The proxy path adds **{pv['median'] - pd['median']:.2f} ms** "
             f"per request over a direct socket (two local hops and a policy check; the proxy runs in this "
-            f"process, so its CPU is counted on that side).",
+            f"process, so its CPU is counted on that side); the fallback's loopback proxy, one hop with its "
+            f"credential checked, adds **{pt['median'] - pd['median']:.2f} ms**.",
             "",
         ]
     )

@@ -8,8 +8,8 @@ give min / median / max. Resident memory is what the kernel sees: VmRSS, split b
 (shared libraries, mapped files).
 
 * Kernel: after ``import tea_notebook`` and opening a workspace with the default embedder; after the
-  embedder's first use (``--texts`` stored memory texts of ~256 tokens embedded and indexed, what the
-  first memory recall of a workspace with stored memory does); after ``--runs`` consecutive scripted
+  embedder's first use (``--texts`` memory texts of ~256 tokens saved, each embedded and indexed as it
+  is saved, and a first recall); after ``--runs`` consecutive scripted
   agent runs, each recalling memory (a query embedding each). Configurations: ``before``, the
   embedder with glibc's freed heap never returned (``release_freed_heap`` switched off), and
   ``after``, the embedder as shipped.
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -33,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from _common import machine, parse_args, publish  # noqa: E402
+from _common import command_line, machine, parse_args, publish  # noqa: E402
 
 ADD_TARGET_MB = 200
 GROWTH_TARGET_MB = 50
@@ -68,7 +69,7 @@ def no_trim() -> None:
 # --- one configuration in this (fresh) process -------------------------------------------------
 
 
-def child_kernel(runs: int, texts: int, vectors: str | None, quality: int) -> dict:
+def child_kernel(runs: int, texts: int, vectors: str | None, quality: str) -> dict:
     import tea_notebook
     from tea_notebook.models.offline import ScriptedModel, call
 
@@ -76,10 +77,10 @@ def child_kernel(runs: int, texts: int, vectors: str | None, quality: int) -> di
     with tempfile.TemporaryDirectory(prefix="tea-bench-embedmem-") as tmp:
         ws = tea_notebook.Workspace(tmp)  # the default embedder
         out["open"] = mem()
-        for i in range(texts):
-            ws.memory_store.save(f"seed{i}", f"task {i}", f"summary {i}: {FILLER}", [f"insight {i}"])
         started = time.process_time()
-        ws.memory_store.recall("look up the keys and report")  # embeds and indexes the stored memory
+        for i in range(texts):  # each text is embedded and indexed as it is saved
+            ws.memory_store.save(f"seed{i}", f"task {i}", f"summary {i}: {FILLER}", [f"insight {i}"])
+        ws.memory_store.recall("look up the keys and report")  # the query's embedding
         out["first_cpu_s"] = time.process_time() - started
         out["first"] = mem()
 
@@ -101,7 +102,8 @@ def child_kernel(runs: int, texts: int, vectors: str | None, quality: int) -> di
         if vectors:
             import numpy as np
 
-            np.save(vectors, ws.embedder.embed(quality_texts(quality)))
+            # the parent's texts, read once: the docs may change while the benchmark runs
+            np.save(vectors, ws.embedder.embed(json.loads(Path(quality).read_text())))
         ws.close()
     return out
 
@@ -198,13 +200,14 @@ def measure(runs: int, texts: int, n: int, quality: int) -> dict:
 
     out: dict = {"runs": runs, "texts": texts, "n": n}
     with tempfile.TemporaryDirectory(prefix="tea-bench-embedvec-") as tmp:
-        for config in ("before", "after"):
-            samples = []
-            for rep in range(n):
+        compared = Path(tmp) / "texts.json"
+        compared.write_text(json.dumps(quality_texts(quality)))
+        out["before"], out["after"] = [], []
+        for rep in range(n):  # the configurations take turns, the order alternating
+            for config in ("before", "after") if rep % 2 == 0 else ("after", "before"):
                 vec = str(Path(tmp) / f"{config}.npy") if rep == 0 else ""
-                samples.append(spawn("kernel", config, str(runs), str(texts), vec, str(quality)))
-                print(config, rep, samples[-1], flush=True)
-            out[config] = samples
+                out[config].append(spawn("kernel", config, str(runs), str(texts), vec, str(compared)))
+                print(config, rep, out[config][-1], flush=True)
         a, b = np.load(Path(tmp) / "before.npy"), np.load(Path(tmp) / "after.npy")
         out["quality_n"] = len(a)
         out["min_cosine"] = float((a * b).sum(axis=1).min())
@@ -237,8 +240,9 @@ def render(r: dict, command: str) -> str:
     lines = [
         "## Embedder memory in the kernel",
         "",
-        f"Command: `{command}` — machine: {r['machine']}; run {r['when']}; every configuration in a fresh "
-        f"process, n={r['n']}; figures are min / median / max. Resident memory is VmRSS, what the kernel "
+        f"Command: `{command}` — machine: {r['machine']}; run {r['when']}; load average (1-min) "
+        f"{r['load'][0]:.2f} before, {r['load'][1]:.2f} after, on 2 cores shared with other work; every "
+        f"configuration in a fresh process, n={r['n']}, configurations interleaved; figures are min / median / max. Resident memory is VmRSS, what the kernel "
         "sees (anonymous + file-backed pages, from `/proc/self/smaps_rollup`).",
         "",
         "| what | before (freed heap kept) | after (freed heap returned) | target | |",
@@ -315,7 +319,7 @@ def main() -> None:
             config, runs, texts, vectors, quality = rest
             if config == "before":
                 no_trim()
-            result = child_kernel(int(runs), int(texts), vectors or None, int(quality))
+            result = child_kernel(int(runs), int(texts), vectors or None, quality)
         elif kind == "stages":
             result = child_stages(int(rest[0]))
         else:
@@ -329,12 +333,14 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=3, help="fresh processes per configuration")
     parser.add_argument("--quality", type=int, default=300, help="texts whose vectors are compared")
     args = parse_args(parser, runs=3, texts=4, n=1, quality=8)
-    command = ".venv/bin/python bench/bench_embedder_memory.py" + (" --write" if args.write else "")
+    command = command_line()
+    load_before = os.getloadavg()[0]
     results = {
         "machine": machine(),
         "when": time.strftime("%Y-%m-%d"),
         **measure(args.runs, args.texts, args.n, args.quality),
     }
+    results["load"] = (load_before, os.getloadavg()[0])
     print(json.dumps(results), flush=True)
     publish(render(results, command), args.write)
 

@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from _common import machine, parse_args, publish, summary  # noqa: E402
+from _common import command_line, machine, parse_args, publish, summary  # noqa: E402
 
 import tea_notebook  # noqa: E402
 from tea_notebook import _sync  # noqa: E402
@@ -312,7 +312,7 @@ page load).
         browser_text = "\n**Browser.** Not measured (`--no-browser`).\n"
     return f"""## Environments
 
-Command: `.venv/bin/python bench/bench_envs.py --write` — machine: {results["machine"]}; run {results["when"]}.
+Command: `{command_line()}` — machine: {results["machine"]}; run {results["when"]}.
 
 | what | median | p95 | target | |
 |---|---|---|---|---|

@@ -46,7 +46,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from _common import machine, publish  # noqa: E402
+from _common import command_line, machine, publish  # noqa: E402
 
 import tea_notebook  # noqa: E402
 from tea_notebook.eval import evaluate  # noqa: E402
@@ -379,7 +379,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.tasks, args.no_ray, args.inspect_samples, args.repeats = 100, True, 200, 2
-    command = ".venv/bin/python bench/bench_eval.py --write" + (" --no-ray" if args.no_ray else "")
+    command = command_line()
     results: dict[str, Any] = {"machine": machine(), "when": time.strftime("%Y-%m-%d")}
     load_before = os.getloadavg()[0]
     started = time.perf_counter()

@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from _common import machine, parse_args, publish, summary  # noqa: E402
+from _common import command_line, machine, parse_args, publish, summary  # noqa: E402
 
 from tea_notebook import Workspace  # noqa: E402
 from tea_notebook.models.embedders import MiniLMEmbedder  # noqa: E402
@@ -218,7 +218,7 @@ def render(r: dict) -> str:
     ret, kind, cached, add = r["retrieve"], r["by_kind"], r["cached"], r["add"]
     return f"""## Self-evolution: memory
 
-Command: `.venv/bin/python bench/bench_evolve_memory.py --write` — machine: {r["machine"]}; run {r["when"]}.
+Command: `{command_line()}` — machine: {r["machine"]}; run {r["when"]}.
 
 Experience memory (`ws.experiences`) holding {r["n"]:,} entries (40% tool, 40% success, 20% failure experiences;
 2% disabled), default MiniLM embedder ({r["dim"]}-d, {r["index_kind"]} faiss index), default δ = 0.3.

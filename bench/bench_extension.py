@@ -33,7 +33,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
-from _common import machine, parse_args, publish  # noqa: E402
+from _common import command_line, machine, parse_args, publish  # noqa: E402
 
 from tea_notebook.envs.browser import LAUNCH_ARGS  # noqa: E402
 
@@ -267,7 +267,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=7, help="first renders to time (median)")
     args = parse_args(parser, steps=20, runs=1)
     results = measure(args.steps, args.runs)
-    command = ".venv/bin/python bench/bench_extension.py" + (" --write" if args.write else "")
+    command = command_line()
     publish(render(results, command), args.write)
 
 

@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from _common import machine, parse_args, publish, summary  # noqa: E402
+from _common import command_line, machine, parse_args, publish, summary  # noqa: E402
 
 from tea_notebook import _sync  # noqa: E402
 from tea_notebook.envs.files import FileSystem  # noqa: E402
@@ -138,7 +138,7 @@ def render(results: dict[str, Any]) -> str:
     rhits = r["search_regex"]["answer"].count("\n") + 1
     return f"""## Files environment: read and search
 
-Command: `.venv/bin/python bench/bench_files.py --write` — machine: {results["machine"]}; run {results["when"]}.
+Command: `{command_line()}` — machine: {results["machine"]}; run {results["when"]}.
 
 | what | before (`{results["base"][:7]}`), min / median / max | now, min / median / max | now, p95 | now / before (medians) |
 |---|---|---|---|---|

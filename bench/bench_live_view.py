@@ -1,6 +1,6 @@
 """The live view's cost (issue 23): bytes sent to the front end and time of a long scripted run.
 
-    .venv/bin/python bench/bench_live_view.py [--steps 1000] [--runs 3] [--write]
+    .venv/bin/python bench/bench_live_view.py [--steps 1000] [--runs 3] [--pace 0.05] [--write]
 
 A 1,000-step scripted ``%%agent`` run in a real kernel, three ways, interleaved: ``--quiet`` (no live
 view), the live view as it is (after one whole payload, updates carry what changed) and the live
@@ -10,6 +10,8 @@ the kernel's CPU seconds, and the bytes of the iopub messages the cell produced 
 buffers: what the kernel sends towards the browser), split into the live view's messages
 (``display_data`` + ``update_display_data``) and the cell's value (``execute_result``: the stored
 trajectory, whole, once per MIME type). Targets: all bytes of the live run ≤ 2 MB; live ≤ 1.1× quiet.
+``--pace``: seconds the scripted model sleeps a call (a slow model: the bytes must follow the steps,
+not the run's duration; issue 32).
 """
 
 from __future__ import annotations
@@ -26,10 +28,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from _common import machine, parse_args, publish  # noqa: E402
+from _common import command_line, machine, parse_args, publish  # noqa: E402
 from bench_notebook import LIVE_SETUP, LIVE_TOOL, _cpu, _kernel  # noqa: E402
 
-MODES = ("quiet", "live", "whole")
+MODES = ("quiet", "live", "unbounded", "whole")
 #: the live view as before issue 23: every update the whole trajectory (payload, full HTML, text)
 WHOLE = (
     "from tea_notebook.notebook.live import LiveView as _LV\n"
@@ -38,7 +40,19 @@ WHOLE = (
 LIVE = (
     "from tea_notebook.notebook.live import LiveView as _LV\n"
     "from tea_notebook.notebook import live_bundle as _lb\n"
-    "_LV.next_bundle = lambda self, whole=False: _lb.LiveBundle(self, update=True, whole=whole)"
+    "_LV.next_bundle = lambda self, whole=False: _lb.LiveBundle(self, update=True, whole=whole)\n"
+    "_LV.over_budget = _lb_budget if '_lb_budget' in globals() else _LV.over_budget\n"
+    "_lb.HTML_TAIL = 1"
+)
+#: the live view as before issue 32: changes only, but an update every tick with changes (no byte budget)
+#: and three whole steps in the HTML fallback
+UNBOUNDED = (
+    "from tea_notebook.notebook.live import LiveView as _LV\n"
+    "from tea_notebook.notebook import live_bundle as _lb\n"
+    "_LV.next_bundle = lambda self, whole=False: _lb.LiveBundle(self, update=True, whole=whole)\n"
+    "_lb_budget = globals().get('_lb_budget', _LV.over_budget)\n"
+    "_LV.over_budget = lambda self: False\n"
+    "_lb.HTML_TAIL = 3"
 )
 
 
@@ -69,7 +83,7 @@ def _run(kc, km, code: str) -> dict:
     return {**counts, "wall_s": wall, "cpu_s": _cpu(km) - cpu}
 
 
-def bench(steps: int, runs: int) -> dict:
+def bench(steps: int, runs: int, pace: float = 0.0) -> dict:
     km, kc = _kernel(sys.executable)
     samples: dict[str, list[dict]] = {m: [] for m in MODES}
     try:
@@ -86,10 +100,10 @@ def bench(steps: int, runs: int) -> dict:
                 for mode in MODES if i % 2 == 0 else tuple(reversed(MODES)):  # interleaved, order alternating
                     name = f"lv_{mode}_{i}"
                     setup = (
-                        f"{WHOLE if mode == 'whole' else LIVE}\n"
+                        f"{ {'whole': WHOLE, 'unbounded': UNBOUNDED}.get(mode, LIVE) }\n"
                         f"it = iter(range({steps} + 1))\n"
-                        f"ScriptedModel(lambda m, t: call('lookup', key='k') if next(it) < {steps} "
-                        f"else call('done', success=True, text='ok'), name='{name}')"
+                        f"ScriptedModel(lambda m, t: (time.sleep({pace}), call('lookup', key='k') if next(it) < {steps} "
+                        f"else call('done', success=True, text='ok'))[1], name='{name}')"
                     )
                     reply = kc.execute_interactive(setup, timeout=60, output_hook=lambda m: None)
                     assert reply["content"]["status"] == "ok", reply["content"]
@@ -102,7 +116,7 @@ def bench(steps: int, runs: int) -> dict:
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=True)
-    return {"steps": steps, "runs": runs, "samples": samples}
+    return {"steps": steps, "runs": runs, "pace": pace, "samples": samples}
 
 
 def _stats(values: list[float]) -> tuple[float, float, float]:
@@ -116,8 +130,9 @@ def render(results: dict, command: str) -> str:
     rows = []
     for mode, label in (
         ("quiet", "`--quiet`"),
-        ("live", "live view (changes only)"),
-        ("whole", "live view, whole every update (before)"),
+        ("live", "live view (changes only, byte budget)"),
+        ("unbounded", "live view, changes only, no byte budget (before issue 32)"),
+        ("whole", "live view, whole every update (before issue 23)"),
     ):
         total = [r["view_bytes"] + r["result_bytes"] + r["other_bytes"] for r in s[mode]]
         view = statistics.median(r["view_bytes"] for r in s[mode])
@@ -136,7 +151,7 @@ def render(results: dict, command: str) -> str:
 
 Command: `{command}` — machine: {results["machine"]}; run {results["when"]}.
 
-A {steps}-step scripted `%%agent` run (one `lookup` call a step) in a real kernel, {n} runs of each
+A {steps}-step scripted `%%agent` run (one `lookup` call a step; the model sleeps {results.get("pace", 0):g} s a call) in a real kernel, {n} runs of each
 mode, interleaved (order alternating). Bytes: the iopub messages of the cell as JSON (what the kernel
 sends towards the browser): the live view's `display_data` + `update_display_data`, and the cell's
 value (`execute_result`: the stored trajectory, custom MIME + HTML + text, once each). Times:
@@ -157,8 +172,11 @@ wall times are noisy; the kernel's CPU seconds are the steadier figure. Now and 
 takes about twice the CPU of the others (the maximum in the live row); not yet explained.
 
 After one whole payload, each update (at most every 0.25 s) carries the steps events touched since
-the one before, the run headers and a short HTML fallback (the header and the latest three steps);
-the extension merges them. The view ends as the stored trajectory, sent once (the cell's value).
+the one before, the run headers and a short HTML fallback (the header, a line for each recent step,
+the latest step whole); the extension merges them. What the updates spend beyond their content (the
+HTML, headers, metadata) is held to 30 KB + 400 bytes per step made: an update over it waits and goes
+out with a later one, so a slow model's run sends about what a fast one does. The view ends as the
+stored trajectory, sent once (the cell's value).
 """
 
 
@@ -166,11 +184,12 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--pace", type=float, default=0.0, help="seconds the scripted model sleeps a call")
     parser.add_argument("--write", action="store_true")
     args = parse_args(parser, steps=20, runs=1)
-    results = bench(args.steps, args.runs)
+    results = bench(args.steps, args.runs, args.pace)
     results.update(machine=machine(), when=time.strftime("%Y-%m-%d"))
-    command = ".venv/bin/python bench/bench_live_view.py --write" + (f" --runs {args.runs}" if args.runs != 3 else "")
+    command = command_line()
     publish(render(results, command), args.write)
 
 

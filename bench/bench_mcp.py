@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from _common import machine, parse_args, publish, summary  # noqa: E402
+from _common import command_line, machine, parse_args, publish, summary  # noqa: E402
 
 import tea_notebook  # noqa: E402
 from tea_notebook._sync import run_sync  # noqa: E402
@@ -139,7 +139,7 @@ def main() -> None:
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
     parser.add_argument("--calls", type=int, default=4000, help="timed calls on each path")
     args = parse_args(parser, calls=20)
-    command = ".venv/bin/python bench/bench_mcp.py --write"
+    command = command_line()
     results: dict[str, Any] = {"machine": machine(), "when": time.strftime("%Y-%m-%d")}
     load_before = os.getloadavg()[0]
     results["bench"] = bench(args.calls)

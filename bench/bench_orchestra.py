@@ -55,7 +55,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from _common import machine, parse_args, publish  # noqa: E402
+from _common import command_line, machine, parse_args, publish  # noqa: E402
 
 import tea_notebook  # noqa: E402
 from tea_notebook import _sync  # noqa: E402
@@ -827,7 +827,7 @@ def main() -> None:
     parser.add_argument("--corpus", type=int, default=1000, help="files in the researcher's corpus")
     parser.add_argument("--small-documents", action="store_true", help="two short PDFs instead of twelve long ones")
     args = parse_args(parser, runs=2, reps=1, corpus=60, small_documents=True)
-    command = ".venv/bin/python bench/bench_orchestra.py --write"
+    command = command_line()
     results: dict[str, Any] = {"machine": machine(), "when": time.strftime("%Y-%m-%d")}
     started = time.perf_counter()
     load_before = os.getloadavg()[0]

@@ -425,6 +425,164 @@ def bench_breakdown() -> dict[str, Any]:
     return out
 
 
+# -- interleaved pairs and the ablation --------------------------------------------------------------
+def ablations() -> dict[str, list[tuple[Any, str, Any]]]:
+    """Each guarantee (or cost) of a step, and how the bench switches it off: ``(object, attribute,
+    stand-in)`` patches, applied for one run only. Switched off, a run is not what the runtime
+    promises (nothing redacted, nothing stored, ...): these runs measure, they are not a mode."""
+    import tea_notebook.protocol.tcp as tcp
+    import tea_notebook.runtime.contexts as contexts
+    import tea_notebook.runtime.events as events
+    from tea_notebook.protocol.context import Context
+    from tea_notebook.runtime.divergence import DivergenceWatch
+    from tea_notebook.runtime.folder_snapshots import FolderSnapshots
+    from tea_notebook.runtime.loop import AgentRun
+    from tea_notebook.store.database import Database
+
+    ids = itertools.count()
+
+    async def inline(owner: Any, limit: int, label: str, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
+        return fn(*args, **kw)
+
+    class NoTimer:
+        def cancel(self) -> None:
+            pass
+
+    return {
+        "SQLite event writes (the step's one transaction)": [(Database, "append_events", lambda self, *a, **k: None)],
+        "durable before a tool acts (intent journal write)": [
+            (AgentRun, "_durable_before_tool", lambda self: NoTimer())
+        ],
+        "stored context (parts, diff, blobs)": [(contexts.ContextRecorder, "record", lambda self, *a, **k: None)],
+        "redaction (events and context parts)": [(events, "redact", lambda d: d), (contexts, "redact", lambda d: d)],
+        "input_hash (sha256 of the messages)": [(DivergenceWatch, "input_hash", lambda self, *a, **k: "")],
+        "toolkit-context snapshot and compare": [
+            (Context, "snapshot", lambda self: {"succeeded": [], "state": {}}),
+        ],
+        "folder walk and seal": [(FolderSnapshots, "changes", lambda self, ws: {})],
+        "event ids": [(events.EventLog, "new_id", lambda self: f"{next(ids):021x}")],
+        "the tool's thread hop (sync tool)": [(tcp, "run_sync_call", inline)],
+    }
+
+
+class switched_off:
+    """Apply patches for the ``with`` block (see :func:`ablations`)."""
+
+    def __init__(self, patches: list[tuple[Any, str, Any]]):
+        self.patches = patches
+        self.saved: list[tuple[Any, str, Any]] = []
+
+    def __enter__(self) -> None:
+        self.saved = [(obj, name, getattr(obj, name)) for obj, name, _ in self.patches]
+        for obj, name, value in self.patches:
+            setattr(obj, name, value)
+
+    def __exit__(self, *exc: Any) -> None:
+        for obj, name, value in self.saved:
+            setattr(obj, name, value)
+
+
+def spread3(values: list[float]) -> dict[str, float]:
+    """min / median / max."""
+    return {"min": min(values), "median": statistics.median(values), "max": max(values)}
+
+
+def bench_pairs(steps: list[int], pairs: int) -> dict[str, Any]:
+    """Ours and smolagents (way a), run back to back ``pairs`` times per length: process CPU per
+    step of each, and the ratio within each pair."""
+    for n in steps:  # warm-up at every length (a 50-step run folds memory: its first fold imports numpy)
+        run_ours(n, "a"), run_smol(n, "a")
+    out: dict[str, Any] = {}
+    for n in steps:
+        ours, smol, ratio, ours_wall, smol_wall = [], [], [], [], []
+        for _ in range(pairs):
+            gc.collect()
+            o = run_ours(n, "a")
+            gc.collect()
+            s = run_smol(n, "a")
+            ours.append(1000 * o["cpu"] / o["steps"])
+            smol.append(1000 * s["cpu"] / s["steps"])
+            ours_wall.append(1000 * o["wall"] / o["steps"])
+            smol_wall.append(1000 * s["wall"] / s["steps"])
+            ratio.append(ours[-1] / smol[-1])
+        out[str(n)] = {
+            "ours_cpu_ms": spread3(ours),
+            "smol_cpu_ms": spread3(smol),
+            "ratio": spread3(ratio),
+            "ours_wall_ms": spread3(ours_wall),
+            "smol_wall_ms": spread3(smol_wall),
+        }
+        print(f"pairs {n} steps: {out[str(n)]}", flush=True)
+    return out
+
+
+def bench_ablation(steps: list[int], pairs: int) -> dict[str, Any]:
+    """What each guarantee costs a step: a full run and a run with that one part switched off, back
+    to back ``pairs`` times; the difference of process CPU per step within each pair."""
+    for n in steps:
+        run_ours(n, "a")
+    out: dict[str, Any] = {}
+    for name, patches in ablations().items():
+        out[name] = {}
+        for n in steps:
+            with switched_off(patches):
+                run_ours(n, "a")  # warm-up of the patched path
+            diffs = []
+            for _ in range(pairs):
+                gc.collect()
+                full = run_ours(n, "a")
+                gc.collect()
+                with switched_off(patches):
+                    part = run_ours(n, "a")
+                diffs.append(1000 * (full["cpu"] - part["cpu"]) / full["steps"])
+            out[name][str(n)] = spread3(diffs)
+        print(f"ablation {name}: {out[name]}", flush=True)
+    return out
+
+
+def render_pairs(results: dict) -> str:
+    """The interleaved pairs and the ablation as Markdown tables."""
+    lines = []
+    pairs = results.get("pairs")
+    if pairs:
+        lines += [
+            f"Interleaved pairs (way a; {results['n_pairs']} pairs per length; process CPU time per step, every "
+            "thread; min / median / max):",
+            "",
+            "| steps | ours CPU | smolagents CPU | ours ÷ smolagents (per pair) | ours wall | smolagents wall |",
+            "|---|---|---|---|---|---|",
+        ]
+        for n, r in pairs.items():
+
+            def f(d: dict) -> str:
+                return f"{d['min']:.2f} / **{d['median']:.2f}** / {d['max']:.2f}"
+
+            lines.append(
+                f"| {n} | {f(r['ours_cpu_ms'])} ms | {f(r['smol_cpu_ms'])} ms | {f(r['ratio'])}× | "
+                f"{f(r['ours_wall_ms'])} ms | {f(r['smol_wall_ms'])} ms |"
+            )
+        lines.append("")
+    ablation = results.get("ablation")
+    if ablation:
+        steps = list(next(iter(ablation.values())))
+        lines += [
+            f"What each part of a step costs (ablation: a full run and one with that part switched off, back to "
+            f"back, {results['n_pairs']} pairs; process CPU per step of the difference, min / median / max; "
+            "a median below the spread is noise):",
+            "",
+            "| part | " + " | ".join(f"{n}-step run" for n in steps) + " |",
+            "|---|" + "---|" * len(steps),
+        ]
+        for name, by_n in ablation.items():
+            cells = [
+                f"{d['min'] * 1000:.0f} / **{d['median'] * 1000:.0f}** / {d['max'] * 1000:.0f} µs"
+                for d in by_n.values()
+            ]
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
 # -- report ------------------------------------------------------------------------------------
 
 
@@ -593,6 +751,7 @@ Where our time per step goes (each piece timed alone, median per call; a step is
 | tools offered this step (`AgentRun._offered`: registry read + relation pruning) | {b["offered_us"]:.0f} µs |
 | prompt assembly (`build_messages`, 4 live steps + 10 summaries) | {b["build_messages_us"]:.0f} µs |
 
+{render_pairs(results)}
 {explanation}"""
 
 
@@ -601,7 +760,12 @@ def main() -> None:
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
     parser.add_argument("--repeat", type=int, default=3, help="runs per configuration (median)")
     parser.add_argument("--steps", type=int, nargs="+", default=[50, 200], help="run lengths N")
-    args = parse_args(parser, repeat=1, steps=[10, 60])
+    parser.add_argument("--pairs", type=int, default=9, help="interleaved pairs (ours/smolagents, ablation)")
+    parser.add_argument("--pair-steps", type=int, nargs="+", default=[10, 50], help="run lengths of the pairs")
+    parser.add_argument("--only-pairs", action="store_true", help="only the pairs and the ablation (no --write)")
+    args = parse_args(parser, repeat=1, steps=[10, 60], pairs=1, pair_steps=[5])
+    if args.only_pairs and args.write:
+        parser.error("--only-pairs measures part of the section: it cannot be combined with --write")
     results: dict[str, Any] = {
         "machine": machine(),
         "versions": versions(),
@@ -611,6 +775,12 @@ def main() -> None:
         "command": " ".join([".venv/bin/python", "bench/bench_runtime.py", *sys.argv[1:]]),
     }
     ensure_registered()
+    results["n_pairs"] = args.pairs
+    results["pairs"] = bench_pairs(args.pair_steps, args.pairs)
+    results["ablation"] = bench_ablation(args.pair_steps, args.pairs)
+    if args.only_pairs:
+        print(render_pairs(results))
+        return
     results["overhead"] = bench_overhead(args.steps, args.repeat)
     results["prompts"] = bench_prompts(max(args.steps))
     print(

@@ -55,7 +55,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from _common import machine, parse_args, publish  # noqa: E402
+from _common import command_line, machine, parse_args, publish  # noqa: E402
 
 import tea_notebook  # noqa: E402
 from tea_notebook._sync import run_sync  # noqa: E402
@@ -620,6 +620,9 @@ def resume_after_kill(base: Path, steps: int, at: int, repeat: int) -> list[dict
 def render_configs(ws: Any, run_id: str, step: int) -> dict[str, Callable[[], Any]]:
     configs: dict[str, Callable[[], Any]] = {
         "ws.trajectory(run).context(step)": lambda: ws.trajectory(run_id).context(step),
+        # issue 32: loading reads the run tree's rows; the steps are decoded on first use
+        "ws.trajectory(run)": lambda: ws.trajectory(run_id),
+        "ws.trajectory(run).steps": lambda: ws.trajectory(run_id).steps,
     }
     load_context = getattr(contexts_mod, "load_context", None)
     if load_context is not None:
@@ -638,7 +641,7 @@ def contexts_section(args: argparse.Namespace) -> None:
     longest = steps[-1]
     fork_steps = [s for s in args.fork_steps if s < longest]
     view_step = max(fork_steps) if fork_steps else max(1, longest - 1)
-    command = "`.venv/bin/python bench/bench_time_travel.py" + (" --write`" if args.write else "`")
+    command = f"`{command_line()}`"
     with tempfile.TemporaryDirectory(prefix="tea-bench-tt-") as tmp:
         base = Path(tmp)
         print("warm-up run", flush=True)
@@ -850,7 +853,7 @@ def folders_section(args: argparse.Namespace) -> None:
     longest = steps[-1]
     fork_at = longest // 2
     kill_at = args.kill_steps // 2
-    command = "`.venv/bin/python bench/bench_time_travel.py --parts folders" + (" --write`" if args.write else "`")
+    command = f"`{command_line()}`"
     with tempfile.TemporaryDirectory(prefix="tea-bench-folders-") as tmp:
         base = Path(tmp)
         print("warm-up runs", flush=True)

@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from _common import machine, parse_args, publish  # noqa: E402
+from _common import command_line, machine, parse_args, publish  # noqa: E402
 
 import tea_notebook  # noqa: E402
 from tea_notebook._sync import run_sync  # noqa: E402
@@ -222,7 +222,7 @@ def main() -> None:
     here, away = statistics.median(warm["here"]), statistics.median(warm["away"])
     run_here = statistics.median(r["wall"] for r in per_run["here"])
     run_away = statistics.median(r["wall"] for r in per_run["away"])
-    command = "`.venv/bin/python bench/bench_tool_process.py" + (" --write`" if args.write else "`")
+    command = f"`{command_line()}`"
     lines = [
         "## %%tool in the kernel or in a process",
         "",

@@ -45,7 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from _common import machine, parse_args, publish  # noqa: E402
+from _common import command_line, machine, parse_args, publish  # noqa: E402
 
 import tea_notebook  # noqa: E402
 from tea_notebook.evolve.llm import stage_of  # noqa: E402
@@ -403,7 +403,7 @@ def render(results: dict[str, Any]) -> str:
 
     return f"""## Self-evolution: tool creation
 
-Command: `.venv/bin/python bench/bench_toolmaker.py --write` — machine: {results["machine"]}; run {results["when"]}.
+Command: `{command_line()}` — machine: {results["machine"]}; run {results["when"]}.
 
 Create → validate → register with a scripted model, excluding model time. 12 distinct tools
 (`{"`, `".join(t["name"] for t in TOOLS)}`:

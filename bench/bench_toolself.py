@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from _common import machine, parse_args, publish  # noqa: E402
+from _common import command_line, machine, parse_args, publish  # noqa: E402
 
 import tea_notebook  # noqa: E402
 from tea_notebook.models.offline import ScriptedModel, call  # noqa: E402
@@ -212,7 +212,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--every", type=int, default=10, help="reconfigure every N steps")
     args = parse_args(parser, steps=12, every=4)
-    command = ".venv/bin/python bench/bench_toolself.py --write"
+    command = command_line()
     results: dict[str, Any] = {"machine": machine(), "when": time.strftime("%Y-%m-%d"), **vars(args)}
     run_toolself(min(args.steps, 20), args.every)  # warm-up: litellm's import, the first workspace
     results["staged"] = run_toolself(args.steps, args.every)

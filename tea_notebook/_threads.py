@@ -144,6 +144,12 @@ THREAD_JOBS: contextvars.ContextVar[list[concurrent.futures.Future] | None] = co
 )
 
 
+#: how long (s) the loop's thread waits for a synchronous call that returned quickly last time before it
+#: awaits it like any other (see :func:`run_sync_call`)
+QUICK_WAIT = 0.001
+_QUICK: dict[str, bool] = {}  # label -> whether its last call returned within QUICK_WAIT / 2
+
+
 async def run_sync_call(
     owner: object, limit: int, label: str, fn: Callable[..., Any], *args: Any, **kwargs: Any
 ) -> Any:
@@ -157,8 +163,22 @@ async def run_sync_call(
     jobs = THREAD_JOBS.get()
     if jobs is not None:
         jobs.append(future)
+    started = time.perf_counter()
+    if _QUICK.get(label, False):
+        # it returned within QUICK_WAIT / 2 last time: waited for on this thread, which costs a third
+        # of the CPU of the loop's wake-up through its self-pipe; past QUICK_WAIT it is awaited as
+        # usual, so a stop or a time limit is seen at most QUICK_WAIT later
+        try:
+            result = future.result(timeout=QUICK_WAIT)
+        except concurrent.futures.TimeoutError:
+            pass
+        else:
+            return result
     try:
-        return await asyncio.wrap_future(future)
+        result = await asyncio.wrap_future(future)
     except asyncio.CancelledError:
         future.cancel()
         raise
+    if label in _QUICK or len(_QUICK) < 10_000:  # (labels are tool and action names: bounded in practice)
+        _QUICK[label] = time.perf_counter() - started < QUICK_WAIT / 2
+    return result

@@ -16,6 +16,23 @@ from typing import Any, Callable, Literal
 FrontEnd = Literal["cli", "magic"]
 
 
+#: the largest whole number a flag takes: a larger one is refused by name when parsed, not found later as
+#: an OverflowError (SQLite's integers, time spans)
+MAX_WHOLE_NUMBER = 2**31 - 1
+
+
+def whole_number(value: str) -> int:
+    """A flag's whole number (``type=int`` in the table): refused by argparse, naming the flag, when it is
+    not one or is larger than :data:`MAX_WHOLE_NUMBER`."""
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
+    if abs(number) > MAX_WHOLE_NUMBER:
+        raise argparse.ArgumentTypeError(f"{value} is too large (at most {MAX_WHOLE_NUMBER:,})")
+    return number
+
+
 def _count_or_share(value: str) -> int | float:
     """``--fail-on-error``: a count (``3``) or a share of the samples (``0.1``)."""
     return float(value) if "." in value else int(value)
@@ -49,6 +66,8 @@ class Flag:
             for key in ("type", "choices", "metavar"):
                 if getattr(self, key) is not None:
                     options[key] = getattr(self, key)
+            if self.type is int:
+                options["type"] = whole_number
         parser.add_argument(self.name, **options)
 
 
@@ -197,8 +216,10 @@ __all__ = [
     "REPLAY",
     "RUNS",
     "TABLE",
+    "MAX_WHOLE_NUMBER",
     "TOOL_CELL",
     "Flag",
     "add_flags",
     "flags",
+    "whole_number",
 ]

@@ -5,8 +5,11 @@ returns a copy that is safe to encode and store:
 
 - **by value**: the values of secret-named environment variables (``*_KEY``, ``*_TOKEN``,
   ``*_SECRET``, ``*_PASSWORD`` …, at least 8 characters), also in the escaped forms they take
-  inside JSON, Python reprs, URLs and HTML; and secret-shaped strings (provider API keys, GitHub
-  and Slack tokens, JWTs, private key blocks, ``Bearer …`` credentials, passwords in URLs);
+  inside JSON, Python reprs, URLs and HTML and in base64 and hex; ``Bearer …`` credentials and
+  passwords in URLs;
+- **by content** (:mod:`tea_notebook.secret_detection`): tokens of known formats (cloud, GitHub,
+  Slack, OpenAI-style keys, JWTs, private key blocks …), high-entropy tokens, secrets said in
+  prose ("the vault pass phrase is …") and base64 or hex runs that decode to a secret;
 - **by key name**: the value of a mapping key with a secret-like name (``password``, ``api_key``,
   ``token``, ``secret``, ``authorization``, ``*_key`` …, any case) is replaced whatever it is, and
   so is ``name: value`` / ``name=value`` text with such a name (JSON or dict text inside a string,
@@ -16,7 +19,8 @@ Redact first, encode after: comparing a raw secret with JSON-escaped text misses
 contains a quote or a backslash. The environment is compared with a snapshot on every call and its
 secrets re-read when anything in it changed (a secret exported a moment ago is already known); a
 text redacted recently is remembered with the secrets it was redacted against. This module imports
-nothing from the package, so every floor (store, protocol, runtime …) can use it.
+only :mod:`tea_notebook.secret_detection` (a helper of the same floor), so every floor (store,
+protocol, runtime …) can use it.
 """
 
 from __future__ import annotations
@@ -27,14 +31,16 @@ import json
 import os
 import re
 import threading
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 from urllib.parse import quote, quote_plus
+
+from tea_notebook.secret_detection import LABEL, encoded_forms, find_secrets, replace_spans
 
 __all__ = ["REDACTED", "is_secret_name", "redact"]
 
 #: What replaces the value of a secret-named key, or a ``name=value`` value.
 REDACTED = "[redacted]"
-_SHAPE_LABEL = "[secret redacted]"
+_SHAPE_LABEL = LABEL
 _MIN_LENGTH = 8  # shorter environment values would redact ordinary words
 _MAX_DEPTH = 64
 
@@ -42,14 +48,6 @@ _ENV_SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|CRE
 _SECRET_KEY = re.compile(
     r"^(?:.*_)?(?:passwords?|passwd|passphrase|secrets?|token|auth|authorization|credentials?|cookie|apikey)$"
     r"|^.+_key$"
-)
-_SECRET_SHAPES = re.compile(
-    r"\b(?:sk-[A-Za-z0-9_\-]{16,}|sk_(?:live|test)_[A-Za-z0-9]{16,}|AKIA[0-9A-Z]{16}"
-    r"|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|xox[abprs]-[A-Za-z0-9\-]{10,}"
-    r"|AIza[0-9A-Za-z_\-]{35}|hf_[A-Za-z0-9]{30,}"
-    r"|eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,})"
-    r"|-----BEGIN [A-Z ]*PRIVATE KEY-----.*?(?:-----END [A-Z ]*PRIVATE KEY-----|\Z)",
-    re.S,
 )
 _AUTH_SCHEME = re.compile(r"\b(Bearer|Basic)([ \t]+)([A-Za-z0-9._~+/\-]{8,}=*)", re.I)
 _URL_PASSWORD = re.compile(r"(\b[a-z][a-z0-9+.\-]{0,31}://[^/\s:@'\"]{1,256}:)[^/\s@'\"]{1,256}(@)", re.I)
@@ -71,23 +69,6 @@ _KEY_VALUE = (
     ),
     re.compile(rf"""(?<![\w\-"'])(?P<q>)(?P<name>{_CANDIDATE}[A-Za-z][\w\-]{{0,63}}+)(?P<sep>[ \t]*+=[ \t]*+)"""),
     re.compile(rf"""(?m)^[ \t\-]*+(?P<q>)(?P<name>{_CANDIDATE}[A-Za-z][\w\-]{{0,63}}+)(?P<sep>:[ \t]*+)"""),
-)
-# substrings without which a secret shape cannot occur (a cheap test before the regex)
-_SHAPE_HINTS = (
-    "sk-",
-    "sk_",
-    "AKIA",
-    "ghp_",
-    "gho_",
-    "ghu_",
-    "ghs_",
-    "ghr_",
-    "github_pat_",
-    "xox",
-    "AIza",
-    "hf_",
-    "eyJ",
-    "PRIVATE KEY",
 )
 
 
@@ -113,6 +94,7 @@ def _forms(value: str) -> set[str]:
         quote(value, safe=""),
         quote_plus(value),
         html.escape(value, quote=True),
+        *encoded_forms(value),
     }
 
 
@@ -204,8 +186,6 @@ def _text(text: str, known: re.Pattern[str] | None, labels: dict[str, str], keys
 def _scan(text: str, known: re.Pattern[str] | None, labels: dict[str, str], keys: bool) -> str:
     if known is not None:
         text = known.sub(lambda m: labels[m.group(0)], text)
-    if any(hint in text for hint in _SHAPE_HINTS):
-        text = _SECRET_SHAPES.sub(_SHAPE_LABEL, text)
     if "earer" in text or "EARER" in text or "asic" in text or "ASIC" in text:
         text = _AUTH_SCHEME.sub(_credential, text)
     if "://" in text:
@@ -215,7 +195,14 @@ def _scan(text: str, known: re.Pattern[str] | None, labels: dict[str, str], keys
         if any(word in lower for word in _KEY_WORDS):
             for pattern in _KEY_VALUE:
                 text = _key_values(text, pattern)
-    return text
+    # by content last (known formats, entropy, encodings; prose names a secret as a key name does,
+    # so not with keys=False): what the passes above replaced is a label, no longer a candidate
+    return replace_spans(text, find_secrets(text, _holds(known) if known is not None else None, prose=keys))
+
+
+def _holds(known: re.Pattern[str]) -> Callable[[str], bool]:
+    """Whether a decoded text holds a secret of ``known``."""
+    return lambda decoded: known.search(decoded) is not None
 
 
 def _walk(value: Any, known: re.Pattern[str] | None, labels: dict[str, str], keys: bool, depth: int) -> Any:

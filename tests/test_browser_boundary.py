@@ -389,7 +389,8 @@ def report(request, tmp_path):
 
 def test_the_browser_runs_as_nobody_in_its_own_namespaces(report):
     inside, outside, count = report["uid_map"]
-    assert (inside, count) == (str(boundary.SANDBOX_UID), "1") and outside == str(report["uid"])
+    host_uid = boundary.HOST_UID if report["uid"] == 0 else report["uid"]  # root's browser is nobody on the host
+    assert (inside, count) == (str(boundary.SANDBOX_UID), "1") and outside == str(host_uid)
     assert report["own_user_ns"] and report["own_net_ns"]
     status = report["status"]
     assert status["CapEff"] == status["CapPrm"] == "0000000000000000"
@@ -502,6 +503,38 @@ def test_the_fallback_warns_and_still_applies_the_policy(tmp_path, site, monkeyp
     assert "Attacker home" in control
     assert "egress policy refused" in clicked and "last_activity" not in clicked
     assert {"scheme", "loopback"} <= notices.rules()
+
+
+def test_the_fallbacks_proxy_serves_only_its_own_browser(tmp_path, site, monkeypatch):
+    """Without bubblewrap the browser's proxy is a loopback TCP port: another local client (no
+    credential) gets 407, while the browser itself, given the credential through Playwright, loads."""
+    import urllib.error
+    import urllib.request
+
+    monkeypatch.setattr(boundary, "_warned", set())
+
+    async def attack():
+        env, _ = browser(tmp_path / "run", site_policy(site), isolation="process")
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                await env.start()
+            loaded = await act(env, "goto", url=site.base + "/")
+            proxy_url = env._box.proxy.url
+            opener = urllib.request.build_opener(urllib.request.ProxyHandler({"http": proxy_url}))
+            try:
+                opener.open(site.base + "/", timeout=10)
+                stranger = 200
+            except urllib.error.HTTPError as exc:
+                stranger = exc.code
+            return loaded, stranger, proxy_url
+        finally:
+            await env.stop()
+
+    loaded, stranger, proxy_url = run(attack())
+    assert "Attacker home" in loaded
+    assert stranger == 407
+    assert "@" not in proxy_url  # the address Chromium is given carries no secret
 
 
 def test_isolation_option_is_checked():

@@ -64,7 +64,7 @@ def fits(type_: str, data: dict[str, Any]) -> list[str]:
 # -- the definitions ------------------------------------------------------------------------------
 def test_every_event_type_has_one_definition():
     assert set(get_args(EventType)) == set(EVENT_DATA) == EVENT_TYPES
-    assert len(EVENT_DATA) == 18
+    assert len(EVENT_DATA) == 21
     for type_, shape in EVENT_DATA.items():
         assert shape.__name__ == "".join(p.title() for p in type_.split("_")) + "Event"
 

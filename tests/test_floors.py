@@ -38,6 +38,7 @@ FLOORS: dict[str, int] = {
     "_threads": 0,
     "_safe_open": 0,
     "redaction": 0,
+    "secret_detection": 0,  # content-based secret detection, used by redaction
     "answers": 0,
     "version": 0,
     "store": 1,

@@ -35,9 +35,12 @@ class Handle:
         self.sent.append(json.loads(json.dumps({"data": data, "metadata": metadata}, default=str)))
 
 
-def live_view() -> tuple[LiveView, Handle]:
+def live_view(budget: bool = False) -> tuple[LiveView, Handle]:
+    """A view whose updates are kept; ``budget``: with its byte budget (otherwise every refresh sends)."""
     view = LiveView(interval=3600, display=False, kernel="0b7e5f6a-1234-4abc-9def-0123456789ab")
     view._handle = handle = Handle()
+    if not budget:
+        view.budget = None
     return view, handle
 
 
@@ -112,6 +115,30 @@ def test_bytes_sent_grow_with_the_run_not_with_its_square():
         whole = len(json.dumps(live_payload(view)))
     assert sizes[1000] / sizes[250] < 4.6, sizes  # linear (a quadratic one would be ~16×)
     assert sizes[1000] < 3 * whole + 1_000_000, (sizes, whole)  # ~ the run once, plus a short HTML each update
+
+
+def test_a_slow_run_sends_what_its_steps_allow_not_an_update_a_tick():
+    """A slow model's run refreshes many times a step (ticks, each event apart): past the budget the
+    updates are held and go out together, so the bytes follow the steps (issue 32); nothing is lost."""
+    fast, fast_handle = live_view(budget=True)
+    slow, slow_handle = live_view(budget=True)
+    events = run_events(200)
+    play(fast, events, every=40)  # ten steps an update
+    for e in events:  # an update for every event, and two ticks between events
+        slow(e)
+        for _ in range(3):
+            slow._dirty = True
+            slow.refresh()
+    for view in (fast, slow):
+        view(event("run_finished", status="success"))
+        view.refresh(force=True)
+    assert len(slow_handle.sent) > len(fast_handle.sent)
+    base, per_step = slow.budget or (0, 0)
+    assert slow.overhead <= base + per_step * 200 + max(len(json.dumps(u)) for u in slow_handle.sent)
+    assert sent_bytes(slow_handle) < 2 * sent_bytes(fast_handle)
+    shown = {s["number"] for u in slow_handle.sent for s in u["data"][MIME_TYPE].get("steps", [])}
+    assert shown == set(range(1, 201))  # every step went out, in some update
+    assert slow_handle.sent[-1]["data"][MIME_TYPE]["status"] == "success"
 
 
 def test_an_update_with_no_new_events_carries_the_header_only():

@@ -2,6 +2,45 @@
 // (through events.schema.json): do not edit; change the Python definitions and run the script.
 /* eslint-disable */
 
+/** A notebook proposal was decided, `by` the person or `auto` (the mode); `code`: what runs (the person's edit included); `grant`: this approval gave the run the right to run cells. */
+export interface CellDecidedEvent {
+  root_run?: string;
+  agent?: string;
+  proposal: string;
+  decision: "run" | "edit_run" | "reject";
+  code: string;
+  by: "person" | "auto";
+  grant: boolean;
+  note?: string;
+}
+
+/** The agent proposed a notebook cell (`kind`): a new one below `after` (None: the end), an edit of `cell_id` (`base_hash`: sha256 of the source it read, `diff` against it) or running it; `mode`: the run's approval mode (`ask`, `read`, `auto`). */
+export interface CellProposedEvent {
+  root_run?: string;
+  agent?: string;
+  proposal: string;
+  kind: "new" | "edit" | "run";
+  cell_id: string | null;
+  after: string | null;
+  code: string;
+  base_hash: string | null;
+  diff: string;
+  explanation: string;
+  mode: string;
+}
+
+/** An approved notebook cell ran: its outputs as text (clipped as the model saw them) and its error. */
+export interface CellRanEvent {
+  root_run?: string;
+  agent?: string;
+  proposal: string;
+  cell_id: string | null;
+  ok: boolean;
+  execution_count: number | null;
+  outputs: string;
+  error: Record<string, string> | null;
+}
+
 /** A fork first departed from the run it was forked from (`source`): at `step` (a CORAL team's: the message number), `how`, with what the `original` and the `replay` did there, in words. */
 export interface DivergedEvent {
   root_run?: string;
@@ -13,7 +52,7 @@ export interface DivergedEvent {
   replay: string;
 }
 
-/** The egress policy refused a destination a tool or environment of the run tried to reach. */
+/** The egress policy refused a destination a tool or environment of the run tried to reach. `count`: how many refusals of this rule and host in the step the event stands for, when more than one (past the first few of a step, refusals are counted, not stored one by one; `host` `"*"`: refusals to hosts past the step's first few, counted by rule); see `tea_notebook.runtime.refusals`. */
 export interface EgressRefusedEvent {
   root_run?: string;
   agent?: string;
@@ -22,6 +61,7 @@ export interface EgressRefusedEvent {
   port: number;
   rule: string;
   reason: string;
+  count?: number;
 }
 
 /** Something went wrong in a run (it may go on): `kind` is an `ErrorKind` or an exception's class name. */
@@ -73,6 +113,7 @@ export interface ModelRequestEvent {
   prompt_chars?: number;
   stage?: string;
   input_hash?: string;
+  tool_mode?: "native" | "json";
 }
 
 /** A model call came back: its text, the tool calls it asked for, tokens, cost and latency. */
@@ -139,6 +180,7 @@ export interface RunStartedEvent {
   replay?: Record<string, "recorded" | "live" | "refuse">;
   folder?: Record<string, string | null>;
   folder_by_hand?: Record<string, string[]>;
+  fork_note?: string;
   coral?: boolean;
   members?: string[];
   budget_seconds?: number | null;
@@ -187,6 +229,42 @@ export interface StepEvent {
   folder?: Record<string, string | null>;
   folder_seal?: string;
   context?: Record<string, unknown>;
+}
+
+/** A `cell_decided` event as the workspace stores it (its data: `CellDecidedEvent`). */
+export interface StoredCellDecidedEvent {
+  type: "cell_decided";
+  data: CellDecidedEvent;
+  id: string;
+  run_id: string;
+  parent_id: string | null;
+  step: number | null;
+  time: number;
+  seq: number;
+}
+
+/** A `cell_proposed` event as the workspace stores it (its data: `CellProposedEvent`). */
+export interface StoredCellProposedEvent {
+  type: "cell_proposed";
+  data: CellProposedEvent;
+  id: string;
+  run_id: string;
+  parent_id: string | null;
+  step: number | null;
+  time: number;
+  seq: number;
+}
+
+/** A `cell_ran` event as the workspace stores it (its data: `CellRanEvent`). */
+export interface StoredCellRanEvent {
+  type: "cell_ran";
+  data: CellRanEvent;
+  id: string;
+  run_id: string;
+  parent_id: string | null;
+  step: number | null;
+  time: number;
+  seq: number;
 }
 
 /** A `diverged` event as the workspace stores it (its data: `DivergedEvent`). */
@@ -482,8 +560,8 @@ export interface ToolReusedEvent {
 }
 
 /** The type of an event. */
-export type EventType = "run_started" | "model_request" | "model_response" | "step" | "tool_call" | "tool_result" | "memory_written" | "tool_created" | "tool_discarded" | "tool_reused" | "error" | "run_finished" | "stage" | "message" | "thread" | "egress_refused" | "notice" | "diverged";
-export const EVENT_TYPES: readonly EventType[] = ["run_started", "model_request", "model_response", "step", "tool_call", "tool_result", "memory_written", "tool_created", "tool_discarded", "tool_reused", "error", "run_finished", "stage", "message", "thread", "egress_refused", "notice", "diverged"];
+export type EventType = "run_started" | "model_request" | "model_response" | "step" | "tool_call" | "tool_result" | "memory_written" | "tool_created" | "tool_discarded" | "tool_reused" | "error" | "run_finished" | "stage" | "message" | "thread" | "egress_refused" | "notice" | "diverged" | "cell_proposed" | "cell_decided" | "cell_ran";
+export const EVENT_TYPES: readonly EventType[] = ["run_started", "model_request", "model_response", "step", "tool_call", "tool_result", "memory_written", "tool_created", "tool_discarded", "tool_reused", "error", "run_finished", "stage", "message", "thread", "egress_refused", "notice", "diverged", "cell_proposed", "cell_decided", "cell_ran"];
 
 /** How a run stands: `running` until it ends, then a `FinishedStatus`. */
 export type RunStatus = "running" | "success" | "failed" | "unverified" | "error" | "interrupted" | "max_steps";
@@ -506,7 +584,7 @@ export type ErrorKind = "model" | "model_output" | "tools_interrupted" | "citati
 export const ERROR_KINDS: readonly ErrorKind[] = ["model", "model_output", "tools_interrupted", "citation"];
 
 /** One event of the stream, as the workspace stores it and views receive it. */
-export type TeaEvent = StoredRunStartedEvent | StoredModelRequestEvent | StoredModelResponseEvent | StoredStepEvent | StoredToolCallEvent | StoredToolResultEvent | StoredMemoryWrittenEvent | StoredToolCreatedEvent | StoredToolDiscardedEvent | StoredToolReusedEvent | StoredErrorEvent | StoredRunFinishedEvent | StoredStageEvent | StoredMessageEvent | StoredThreadEvent | StoredEgressRefusedEvent | StoredNoticeEvent | StoredDivergedEvent;
+export type TeaEvent = StoredRunStartedEvent | StoredModelRequestEvent | StoredModelResponseEvent | StoredStepEvent | StoredToolCallEvent | StoredToolResultEvent | StoredMemoryWrittenEvent | StoredToolCreatedEvent | StoredToolDiscardedEvent | StoredToolReusedEvent | StoredErrorEvent | StoredRunFinishedEvent | StoredStageEvent | StoredMessageEvent | StoredThreadEvent | StoredEgressRefusedEvent | StoredNoticeEvent | StoredDivergedEvent | StoredCellProposedEvent | StoredCellDecidedEvent | StoredCellRanEvent;
 
 /** The data of each event type. */
 export interface EventData {
@@ -528,4 +606,7 @@ export interface EventData {
   egress_refused: EgressRefusedEvent;
   notice: NoticeEvent;
   diverged: DivergedEvent;
+  cell_proposed: CellProposedEvent;
+  cell_decided: CellDecidedEvent;
+  cell_ran: CellRanEvent;
 }

@@ -13,6 +13,7 @@ import { INotebookTracker } from '@jupyterlab/notebook';
 import { LabIcon } from '@jupyterlab/ui-components';
 import { Widget } from '@lumino/widgets';
 
+import { watchAgentCells } from './cells';
 import { bindNotebook, insertCellBelow, setTracker } from './context';
 import { IRunMeta, forkCommand } from './model';
 import { watchLiveRuns } from './orphans';
@@ -29,12 +30,13 @@ const ICON = new LabIcon({
 
 const tracking: JupyterFrontEndPlugin<void> = {
   id: 'tea-notebook-jupyterlab:tracker',
-  description: 'Lets trajectory outputs find their notebook (Stop and Fork buttons).',
+  description: 'Lets trajectory outputs find their notebook (Stop and Fork buttons); agent cells and their approval bars.',
   autoStart: true,
   requires: [INotebookTracker],
   activate: (app: JupyterFrontEnd, tracker: INotebookTracker) => {
     setTracker(tracker, app);
     watchLiveRuns(tracker); // a page reloaded mid-run puts a live view back in its cell
+    watchAgentCells(tracker); // an agent's proposed cells, their badges and approval bars (issue 29)
   }
 };
 

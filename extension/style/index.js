@@ -2,3 +2,4 @@ import './base.css';
 import './timetravel.css';
 import './evaluation.css';
 import './lineage.css';
+import './cells.css';

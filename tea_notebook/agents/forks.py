@@ -42,6 +42,17 @@ def _row(ws: "RunHost", run_id: str) -> dict[str, Any]:
     return row
 
 
+def notebook_note(ws: "RunHost", run_id: str) -> str:
+    """What a fork or resume of ``run_id`` says of the notebook when that run made cell actions (the
+    ``notebook`` environment's proposals): its cells are not rewound; "" for a run that made none."""
+    if not ws.db.run_events_of_type([run_id], ["cell_proposed"]):
+        return ""
+    return (
+        f"the notebook's cells are not rewound: the cells run {run_id} proposed and ran stay as they are, and a "
+        "live replay proposes its cells again as new cells (replay='recorded' answers them from the recording)"
+    )
+
+
 def _tool_name(agent: str) -> str:
     return agent if agent.endswith("agent") else f"{agent}_agent"
 
@@ -155,6 +166,7 @@ async def fork_run(
     plan = plan_fork(events, row["id"], step, change, rerun_from=rerun_from, check_action=action_checker(ws, runner))
     check_policy(ws, policy, [runner], [])
     govern(plan, policy, events)
+    plan.fork_note = notebook_note(ws, row["id"])
     started = _started(events)
     if started.get("max_steps"):
         options["max_steps"] = max(started["max_steps"], plan.last_step + 1)
@@ -602,6 +614,7 @@ async def resume_run(
     try:
         events, steps = await _await_late_calls(ws, row["id"], events, wait)
         plan = govern(plan_resume(events, row["id"], steps), policy, events)
+        plan.fork_note = notebook_note(ws, row["id"])
         taken = plan.overrides.get(plan.last_step + 1)
         if taken is not None and taken.calls:
             step = plan.last_step + 1
@@ -635,4 +648,4 @@ async def resume_run(
         _RESUMING.discard(row["id"])
 
 
-__all__ = ["RESUME_WAIT", "ForkError", "ForkPlan", "action_checker", "fork_run", "resume_run"]
+__all__ = ["RESUME_WAIT", "ForkError", "ForkPlan", "action_checker", "fork_run", "notebook_note", "resume_run"]

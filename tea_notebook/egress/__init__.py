@@ -3,7 +3,8 @@
 ``ws.egress`` is the workspace's :class:`EgressPolicy`; :func:`policy_client` gives an HTTP client
 that connects only where the policy allows (each redirect hop checked); :class:`EgressProxy` is the
 host-side HTTP proxy through which sandboxes and the browser reach the network; ``bridge.py``
-(:data:`BRIDGE_SCRIPT`) runs inside a sandbox and forwards its loopback port to the proxy's socket.
+(:data:`BRIDGE_SCRIPT`) runs inside a sandbox and forwards its loopback port to the proxy's socket;
+``names.py`` gives every host name its one normal form before any rule compares it.
 """
 
 from __future__ import annotations

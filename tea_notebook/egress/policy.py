@@ -7,12 +7,24 @@ checked here, by one :class:`EgressPolicy` per workspace (``ws.egress``).
 The rules, in order:
 
 1. only ``http`` and ``https`` (``scheme``);
-2. a host or address on the deny list is refused (``deny:PATTERN``; deny always wins);
-3. the host is resolved once, and every address it resolves to is checked: loopback, link-local
+2. the host is put in its one normal form (:func:`~tea_notebook.egress.names.normal_host`: UTS #46,
+   A-labels, lower case, no trailing dot); a name that would change under it beyond case — a soft
+   hyphen, an ideographic full stop, full-width letters … — is refused (``host-form``), so every rule
+   below compares the name the resolver would look up;
+3. a host or address on the deny list is refused (``deny:PATTERN``; deny always wins);
+4. with ``only_allowed`` on, a name that matches no allow entry is refused (``not-allowed``) **before
+   any lookup** — a lookup is a message to whoever serves the name — unless an allow entry is an
+   address or a network, which only the addresses can match;
+5. the host is resolved once, and every address it resolves to is checked: loopback, link-local
    (cloud metadata at 169.254.169.254 included), private, shared (CGNAT), multicast, unspecified and
    reserved addresses are refused (``loopback``, ``private`` …) unless an allow entry names the host
    (or the address) **and** the port — a wildcard or a port-less entry never opens a local address;
-4. with ``only_allowed`` on, a host that matches no allow entry is refused (``not-allowed``).
+6. with ``only_allowed`` on, a host whose addresses match no allow entry either is refused (``not-allowed``).
+
+What is shown is what is enforced is what is stored: :attr:`EgressPolicy.allowed` and
+:attr:`~EgressPolicy.denied` are read-only views, and every change (:meth:`~EgressPolicy.allow`,
+:meth:`~EgressPolicy.deny`, :meth:`~EgressPolicy.remove`, ``only_allowed = …``) is stored at once through
+``on_change`` — or, when storing fails, not made at all.
 
 A :class:`Decision` carries the addresses that were checked: callers connect to one of those and
 never resolve the name again, so a name that answers a public address to the check and a loopback
@@ -26,9 +38,10 @@ import json
 import socket
 import threading
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, NoReturn
 from urllib.parse import urlsplit
 
+from tea_notebook.egress.names import HostFormError, normal_host
 from tea_notebook.errors import TeaError
 
 SCHEMES = {"http": 80, "https": 443}
@@ -122,6 +135,8 @@ class Pattern:
 
     @classmethod
     def parse(cls, text: str) -> "Pattern":
+        """The entry ``text`` means; :class:`ValueError` naming what is wrong when it means none
+        (a host name is put in its normal form, and refused when that would change it)."""
         raw = text.strip().lower()
         if not raw or any(c.isspace() for c in raw) or "://" in raw:
             raise ValueError(f"{text!r} is not a host pattern (host, *.domain, address, network, with :port)")
@@ -141,10 +156,20 @@ class Pattern:
             port = _port(port_text, text)
         if _is_network(host):
             return cls(text.strip(), "", port, ipaddress.ip_network(host, strict=False))
-        label = host[2:] if host.startswith("*.") else host
-        if not label or "*" in label or not all(part and len(part) < 64 for part in label.split(".")):
+        wildcard = host.startswith("*.")
+        label = host[2:] if wildcard else host
+        if not label or "*" in label or label.endswith("."):
             raise ValueError(f"{text!r} is not a host pattern (host, *.domain, address, network, with :port)")
-        return cls(text.strip(), host, port)
+        try:
+            label = normal_host(label)
+        except HostFormError as exc:
+            raise ValueError(f"{text!r} is not a host pattern: {exc}") from None
+        return cls(text.strip(), "*." + label if wildcard else label, port)
+
+    @property
+    def key(self) -> tuple[str, int | None, str]:
+        """What the entry matches, whatever its spelling (two entries with one key are one entry)."""
+        return (self.host, self.port, str(self.network or ""))
 
     @property
     def exact(self) -> bool:
@@ -197,13 +222,71 @@ def _resolve(host: str, port: int) -> tuple[str, ...]:
     return tuple(seen)
 
 
+class Entries(tuple):
+    """A read-only view of one of the policy's lists (``ws.egress.allowed``, ``ws.egress.denied``).
+
+    It compares equal to a list or tuple of the same entries. Changing it in place is an error that
+    names the method to use: a list changed behind the policy's back would be shown but neither
+    enforced nor stored."""
+
+    _name: str = "allowed"
+
+    def __new__(cls, items: Iterable[str] = (), name: str = "allowed") -> "Entries":
+        view = super().__new__(cls, items)
+        view._name = name
+        return view
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (list, tuple)):
+            return tuple(self) == tuple(other)
+        return NotImplemented
+
+    def __ne__(self, other: object) -> bool:
+        equal = self.__eq__(other)
+        return equal if equal is NotImplemented else not equal
+
+    __hash__ = tuple.__hash__
+
+    def __repr__(self) -> str:
+        return repr(list(self))
+
+    def _refuse(self) -> NoReturn:
+        raise TypeError(read_only_message(self._name))
+
+    def __setitem__(self, index: object, value: object) -> NoReturn:
+        self._refuse()
+
+    def __delitem__(self, index: object) -> NoReturn:
+        self._refuse()
+
+    def __iadd__(self, other: object) -> NoReturn:  # type: ignore[misc]  # refused, never a new tuple
+        self._refuse()
+
+    def __getattr__(self, name: str) -> NoReturn:
+        if name in ("append", "extend", "insert", "remove", "pop", "clear", "sort", "reverse"):
+            raise AttributeError(read_only_message(self._name, name))
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+
+def read_only_message(name: str, method: str = "") -> str:
+    """The error for a change made to ``ws.egress.<name>`` directly: which methods to use instead."""
+    adds = "allow" if name == "allowed" else "deny"
+    tried = f".{method}()" if method else " changed in place"
+    return (
+        f"ws.egress.{name} is read-only (ws.egress.{name}{tried}): use ws.egress.{adds}('host') and "
+        f"ws.egress.remove('host'), which check the entry and store it at once"
+    )
+
+
 class EgressPolicy:
     """A workspace's network egress policy (``ws.egress``); see the module's docstring for the rules.
 
     ``allow`` and ``deny`` are host patterns (``"example.com"``, ``"*.example.com"``, ``"10.0.0.0/8"``,
-    ``"localhost:8765"``); ``only_allowed`` turns the allow list into the only way out. Changes made
-    through :meth:`allow`, :meth:`deny`, :meth:`remove` and :meth:`set_only_allowed` are kept by the
-    workspace (``on_change``). ``resolver(host, port)`` gives a name's addresses (the system's by default).
+    ``"localhost:8765"``); ``only_allowed`` turns the allow list into the only way out. Every change —
+    :meth:`allow`, :meth:`deny`, :meth:`remove`, :meth:`set_only_allowed` or ``only_allowed = True`` — is
+    handed to ``on_change`` at once (the workspace stores it there); when ``on_change`` fails the change
+    is undone. :attr:`allowed` and :attr:`denied` are read-only. ``resolver(host, port)`` gives a name's
+    addresses (the system's by default); it is called only when a rule needs the addresses.
     """
 
     def __init__(
@@ -215,60 +298,109 @@ class EgressPolicy:
         on_change: Callable[["EgressPolicy"], None] | None = None,
         resolver: Callable[[str, int], tuple[str, ...]] | None = None,
     ):
-        self._lock = threading.Lock()
-        self._allow = [Pattern.parse(p) for p in allow]
-        self._deny = [Pattern.parse(p) for p in deny]
-        #: the allow and deny entries as given
-        self.allowed: list[str] = [p.text for p in self._allow]
-        self.denied: list[str] = [p.text for p in self._deny]
-        self.only_allowed = bool(only_allowed)
+        self._lock = threading.RLock()
+        # tuples, replaced whole: a check reads a consistent list without taking the lock
+        self._allow: tuple[Pattern, ...] = _unique(Pattern.parse(p) for p in allow)
+        self._deny: tuple[Pattern, ...] = _unique(Pattern.parse(p) for p in deny)
+        self._only_allowed = bool(only_allowed)
         self.on_change = on_change
         self.resolver = resolver or _resolve
 
+    # -- what it holds ------------------------------------------------------------------------------
+    @property
+    def allowed(self) -> Entries:
+        """The allow entries as given (read-only: change them with :meth:`allow` and :meth:`remove`)."""
+        return Entries((p.text for p in self._allow), "allowed")
+
+    @allowed.setter
+    def allowed(self, _value: object) -> None:
+        raise AttributeError(read_only_message("allowed"))
+
+    @property
+    def denied(self) -> Entries:
+        """The deny entries as given (read-only: change them with :meth:`deny` and :meth:`remove`)."""
+        return Entries((p.text for p in self._deny), "denied")
+
+    @denied.setter
+    def denied(self, _value: object) -> None:
+        raise AttributeError(read_only_message("denied"))
+
+    @property
+    def only_allowed(self) -> bool:
+        """Whether only hosts on the allow list are reached; setting it stores it (like :meth:`set_only_allowed`)."""
+        return self._only_allowed
+
+    @only_allowed.setter
+    def only_allowed(self, on: bool) -> None:
+        self.set_only_allowed(on)
+
     # -- changing it ------------------------------------------------------------------------------
     def allow(self, *patterns: str) -> "EgressPolicy":
-        """Let these hosts through (a local address needs host **and** port: ``"127.0.0.1:8765"``)."""
-        return self._add(self.allowed, self._allow, patterns)
+        """Let these hosts through (a local address needs host **and** port: ``"127.0.0.1:8765"``).
+        All or nothing: one bad pattern is a :class:`ValueError` and changes nothing."""
+        new = [Pattern.parse(p) for p in patterns]
+        with self._lock:
+            self._update(allow=_unique([*self._allow, *new]))
+        return self
 
     def deny(self, *patterns: str) -> "EgressPolicy":
-        """Refuse these hosts, whatever the allow list says."""
-        return self._add(self.denied, self._deny, patterns)
+        """Refuse these hosts, whatever the allow list says (all or nothing, like :meth:`allow`)."""
+        new = [Pattern.parse(p) for p in patterns]
+        with self._lock:
+            self._update(deny=_unique([*self._deny, *new]))
+        return self
 
     def remove(self, *patterns: str) -> "EgressPolicy":
-        """Drop entries from either list; an entry on neither is a :class:`ValueError`."""
+        """Drop entries from either list (as written, or any spelling of the same entry); an entry on
+        neither is a :class:`ValueError` and changes nothing."""
         with self._lock:
+            allow, deny = list(self._allow), list(self._deny)
             for text in patterns:
                 key = text.strip()
-                if key not in self.allowed and key not in self.denied:
+                try:
+                    same = Pattern.parse(text).key
+                except ValueError:
+                    same = None
+                found = False
+                for entries in (allow, deny):
+                    for pattern in list(entries):
+                        if pattern.text == key or pattern.key == same:
+                            entries.remove(pattern)
+                            found = True
+                if not found:
                     raise ValueError(f"{text!r} is on neither the allow list nor the deny list")
-            for text in patterns:
-                key = text.strip()
-                for texts, parsed in ((self.allowed, self._allow), (self.denied, self._deny)):
-                    if key in texts:
-                        parsed.pop(texts.index(key))
-                        texts.remove(key)
-        self._changed()
+            self._update(allow=tuple(allow), deny=tuple(deny))
         return self
 
     def set_only_allowed(self, on: bool = True) -> "EgressPolicy":
-        """With ``on``, only hosts on the allow list are reached."""
-        self.only_allowed = bool(on)
-        self._changed()
-        return self
-
-    def _add(self, texts: list[str], parsed: list[Pattern], patterns: tuple[str, ...]) -> "EgressPolicy":
-        new = [Pattern.parse(p) for p in patterns]  # all or nothing: a bad pattern changes nothing
+        """With ``on``, only hosts on the allow list are reached (stored at once)."""
+        if on not in (True, False):
+            raise TypeError(f"only_allowed is True or False, not {on!r}")
         with self._lock:
-            for pattern in new:
-                if pattern.text not in texts:
-                    texts.append(pattern.text)
-                    parsed.append(pattern)
-        self._changed()
+            self._update(only=bool(on))
         return self
 
-    def _changed(self) -> None:
-        if self.on_change is not None:
+    def _update(
+        self,
+        allow: tuple[Pattern, ...] | None = None,
+        deny: tuple[Pattern, ...] | None = None,
+        only: bool | None = None,
+    ) -> None:
+        """Make a change and hand it to ``on_change`` (under the lock); undo it when that fails."""
+        before = (self._allow, self._deny, self._only_allowed)
+        if allow is not None:
+            self._allow = allow
+        if deny is not None:
+            self._deny = deny
+        if only is not None:
+            self._only_allowed = only
+        if (self._allow, self._deny, self._only_allowed) == before or self.on_change is None:
+            return
+        try:
             self.on_change(self)
+        except BaseException:
+            self._allow, self._deny, self._only_allowed = before
+            raise
 
     # -- deciding -----------------------------------------------------------------------------------
     def check_url(self, url: str) -> Decision:
@@ -305,23 +437,30 @@ class EgressPolicy:
         return await asyncio.to_thread(self.check_url, url)
 
     def check_address(self, host: str, port: int, *, url: str | None = None) -> Decision:
-        """The decision for ``host:port`` (a name or an address literal)."""
-        host = host.strip().lower().strip("[]").rstrip(".")
-        url = url or f"{host}:{port}"
-        with self._lock:
-            allow, deny, only = list(self._allow), list(self._deny), self.only_allowed
+        """The decision for ``host:port`` (a name or an address literal). The name is put in its normal
+        form first; it is looked up only when a rule needs its addresses."""
+        allow, deny, only = self._allow, self._deny, self._only_allowed
+        raw = str(host).strip()
+        if not raw.strip("[]."):
+            return Decision(False, url or f"{raw}:{port}", "", port, (), "url", "no host")
+        try:
+            host = normal_host(raw)
+        except HostFormError as exc:
+            return Decision(False, url or f"{raw}:{port}", raw, port, (), "host-form", str(exc))
+        url = url or _hostport(host, port)
 
         def refused(rule: str, reason: str, addresses: tuple[str, ...] = ()) -> Decision:
             return Decision(False, url, host, port, addresses, rule, reason)
 
-        if not host:
-            return refused("url", "no host")
         for pattern in deny:
             if pattern.network is None and pattern.matches(host, port):
                 return refused(f"deny:{pattern.text}", "the host is on the workspace's deny list")
         try:
             addresses: tuple[str, ...] = (str(ipaddress.ip_address(host)),)
         except ValueError:
+            # decided by name when no allow entry needs the addresses: a lookup is itself a message out
+            if only and not any(p.matches(host, port) if p.network is None else p.port in (None, port) for p in allow):
+                return refused("not-allowed", "the host is not on the workspace's allow list (it was not looked up)")
             try:
                 addresses = self.resolver(host, port)
             except (OSError, UnicodeError) as exc:
@@ -346,6 +485,13 @@ class EgressPolicy:
             return refused("not-allowed", "the host is not on the workspace's allow list", addresses)
         rule = f"allow:{chosen.text}" if chosen else "public"
         return Decision(True, url, host, port, addresses, rule, "allowed")
+
+    def names_port(self, decision: Decision) -> bool:
+        """Whether an allow entry names ``decision``'s port and covers its host or addresses: what opens
+        a port other than 80 and 443 to the proxy (which cannot tell which protocol a port speaks)."""
+        return any(
+            p.port == decision.port and p.matches(decision.host, decision.port, decision.addresses) for p in self._allow
+        )
 
     def require(self, url: str) -> Decision:
         """The decision for ``url`` when it is allowed; :class:`EgressRefused` otherwise."""
@@ -377,6 +523,14 @@ class EgressPolicy:
 
     def __repr__(self) -> str:
         return f"EgressPolicy(allow={self.allowed!r}, deny={self.denied!r}, only_allowed={self.only_allowed})"
+
+
+def _unique(patterns: Iterable[Pattern]) -> tuple[Pattern, ...]:
+    """The patterns in order, each entry once (two spellings of one entry count as one)."""
+    seen: dict[tuple[str, int | None, str], Pattern] = {}
+    for pattern in patterns:
+        seen.setdefault(pattern.key, pattern)
+    return tuple(seen.values())
 
 
 def _hostport(host: str, port: int) -> str:

@@ -12,4 +12,5 @@ BUILTIN = {
     "files": "tea_notebook.envs.files:FileSystem",
     "browser": "tea_notebook.envs.browser:Browser",
     "kernel": "tea_notebook.envs.kernel:KernelEnvironment",
+    "notebook": "tea_notebook.envs.notebook_cells:NotebookCells",
 }

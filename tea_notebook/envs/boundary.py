@@ -1,12 +1,14 @@
 """The security boundary around sandboxed code: bubblewrap when it can run, a weaker fallback otherwise.
 
 With bubblewrap (``bwrap``) a sandbox process gets its own user, PID, IPC, UTS, cgroup and network
-namespaces; runs as uid 65534 with no capabilities (as root and as an ordinary user alike); sees a
-read-only view of the system folders and the interpreter, the run folder as the only writable place
-besides a private size-limited ``/tmp`` and ``/dev/shm``, nothing else of the host (no home folder,
-no workspace database, no other runs, no writable ``/proc/sys``); dies with its parent; cannot create
-further user namespaces; and, on x86-64, runs under a seccomp filter that refuses the obviously
-dangerous system calls (ptrace, mount, keyctl, bpf …).
+namespaces; runs as uid 65534 with no capabilities (as root and as an ordinary user alike), which is
+an unprivileged identity on the host too: the user who started it, or — when that is root — host uid
+:data:`HOST_UID` (nobody), so that root-only files in its read-only binds stay unreadable (see
+:func:`unprivileged_host`); sees a read-only view of the system folders and the interpreter, the run
+folder as the only writable place besides a private size-limited ``/tmp`` and ``/dev/shm``, nothing
+else of the host (no home folder, no workspace database, no other runs, no writable ``/proc/sys``);
+dies with its parent; cannot create further user namespaces; and, on x86-64, runs under a seccomp
+filter that refuses the obviously dangerous system calls (ptrace, mount, keyctl, bpf …).
 Network is off unless an environment opts in with ``network=True``; even then the sandbox keeps its
 own empty network namespace: its only way out is the host's egress proxy (:mod:`tea_notebook.egress`),
 a Unix socket bound in, which checks every request against the workspace's egress policy.
@@ -19,6 +21,7 @@ when possible, and says once, loudly, what is not enforced (:func:`fallback_warn
 from __future__ import annotations
 
 import functools
+import json
 import os
 import platform
 import shutil
@@ -30,6 +33,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 SANDBOX_UID = 65534  # nobody, inside the sandbox's user namespace
+# who a sandbox that root starts is on the host: nobody, not root (uid 65534 inside would otherwise
+# be host uid 0 and could read every root-owned file of its read-only binds)
+HOST_UID = 65534
+HOST_GID = 65534
+STAGE_SCRIPT = Path(__file__).with_name("_stage_child.py")
 # where a sandbox with network finds the host's egress proxy, and the loopback port (in its own
 # network namespace) that leads there: its clients take http://127.0.0.1:EGRESS_PORT as their proxy
 EGRESS_SOCKET = "/run/tea-egress.sock"
@@ -38,14 +46,18 @@ SYSTEM_FOLDERS = ("/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin"
 # what of /etc a Python process needs: the loader cache, time zone, alternatives links; names and
 # certificates only with network access
 ETC_ALWAYS = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime", "/etc/alternatives")
-ETC_NETWORK = (
-    "/etc/resolv.conf",
-    "/etc/hosts",
-    "/etc/nsswitch.conf",
-    "/etc/gai.conf",
-    "/etc/ssl",
-    "/etc/ca-certificates",
+# the public certificates and OpenSSL's settings only: never all of /etc/ssl or /etc/pki, whose
+# private/ folders hold the host's keys
+CERTIFICATES = (
+    "/etc/ssl/certs",  # Debian's CA bundle (ca-certificates.crt) and hashed links
+    "/etc/ssl/openssl.cnf",
+    "/etc/ssl/cert.pem",  # Alpine, Arch
+    "/etc/pki/tls/certs",  # Fedora, RHEL
+    "/etc/pki/tls/cert.pem",
+    "/etc/pki/tls/openssl.cnf",
+    "/etc/pki/ca-trust/extracted",
 )
+ETC_NETWORK = ("/etc/resolv.conf", "/etc/hosts", "/etc/nsswitch.conf", "/etc/gai.conf", *CERTIFICATES)
 PASSWD = "root:x:0:0:root:/root:/usr/sbin/nologin\nnobody:x:65534:65534:sandbox:/nonexistent:/usr/sbin/nologin\n"
 GROUP = "root:x:0:\nnogroup:x:65534:\n"
 # /proc/sys is the machine's, not the sandbox's. A sandbox started by root is host uid 0 behind its
@@ -111,12 +123,14 @@ class Boundary:
     seccomp: bool
     uid: int | None  # the uid code runs as, inside its namespace (None: this process's own)
     warning: str | None = None
+    host_uid: int | None = None  # who that uid is on the host (bubblewrap only)
 
     def describe(self) -> str:
         """One line for the environment's state and the README's promises."""
         if self.mechanism == "bubblewrap":
             parts = [
                 f"bubblewrap: uid {self.uid} in its own user/pid/ipc/uts/net namespaces, no capabilities",
+                host_identity(self.host_uid),
                 "read-only system and interpreter folders, only the run folder writable",
                 "network only through the egress proxy" if self.network else "no network",
                 "seccomp filter on" if self.seccomp else "no seccomp filter (not x86-64)",
@@ -143,6 +157,68 @@ def bubblewrap() -> str | None:
     except (OSError, subprocess.TimeoutExpired):
         return None
     return tool if done.returncode == 0 else None
+
+
+def host_identity(host_uid: int | None) -> str:
+    """Who the sandbox is on the host, in words (``host_uid`` from :func:`sandbox_host_uid`)."""
+    if host_uid is None:
+        return "host identity unknown"
+    if host_uid == 0:
+        return "host uid 0 (root: an unprivileged host identity could not be used here)"
+    if host_uid == HOST_UID and os.geteuid() == 0:
+        return f"host uid {host_uid} (nobody, not root)"
+    return f"host uid {host_uid} (this user)"
+
+
+@functools.lru_cache(maxsize=1)
+def unprivileged_host() -> int | None:
+    """:data:`HOST_UID` when this process is root and bubblewrap can make a sandbox as that uid (an
+    unprivileged user namespace; probed once), else None. An ordinary user needs none of this: the
+    sandbox is that user on the host. ``TEA_SANDBOX_HOST_ROOT=1`` keeps root's old mapping (host uid
+    0), for a machine where the unprivileged identity breaks something."""
+    tool = bubblewrap()
+    if tool is None or os.geteuid() != 0 or os.environ.get("TEA_SANDBOX_HOST_ROOT") == "1":
+        return None
+    import tempfile
+
+    # the way a sandbox starts: the staging script (a private mount namespace, a tmpfs, a drop to
+    # HOST_UID; a container without CAP_SYS_ADMIN fails here), then bubblewrap as that uid
+    stage = tempfile.mkdtemp(prefix="tea-stage-")
+    probe = [tool, "--unshare-all", "--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
+    probe += ["--disable-userns", "--die-with-parent", *system_binds(), "--proc", "/proc", *PROC_SYS]
+    probe += ["--dev", "/dev", *ROOT_READ_ONLY, "--", "/bin/true"]
+    config = {"uid": HOST_UID, "gid": HOST_GID, "stage": stage, "mounts": []}
+    try:
+        done = subprocess.run(
+            [sys.executable, "-I", "-S", str(STAGE_SCRIPT), json.dumps(config), "--", *probe],
+            capture_output=True,
+            timeout=20,
+            cwd="/",
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    finally:
+        try:
+            os.rmdir(stage)
+        except OSError:
+            pass
+    return HOST_UID if done.returncode == 0 else None
+
+
+def sandbox_host_uid(host_uid: int | None) -> int:
+    """The host uid a bubblewrap sandbox is: ``host_uid`` (from :func:`unprivileged_host`) when
+    given, else this process's own."""
+    return os.geteuid() if host_uid is None else host_uid
+
+
+def readable_by_others(path: str) -> bool:
+    """True when ``path`` (a file or folder, links followed) can be read — and a folder entered — by
+    any user, whatever the folders above it allow (the sandbox as :data:`HOST_UID` gets it staged)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return bool(mode & 0o004) and (not os.path.isdir(path) or bool(mode & 0o001))
 
 
 def fallback_reasons(*, root_inside: bool, isolated: bool, chosen: bool = False) -> str:
@@ -231,14 +307,31 @@ def bwrap_command(
     tmp_mb: int,
     egress_socket: str | None = None,
     folder_fd: int | None = None,
+    host_uid: int | None = None,
+    stage: str | None = None,
 ) -> tuple[list[str], list[int]]:
     """The ``bwrap`` argument list for a sandbox whose writable place is ``folder`` (the run folder)
     and whose working directory is ``workdir``; ``readonly`` are extra files bound read-only at
     their own paths (the sandbox's server script). With ``network`` the sandbox still has no network
     of its own: ``egress_socket`` (the host's egress proxy, required then) is bound in at
     :data:`EGRESS_SOCKET`, its only way out. Returns the arguments and the file descriptors
-    the child must inherit (the seccomp program, /etc/passwd); the caller closes them after start."""
+    the child must inherit (the seccomp program, /etc/passwd); the caller closes them after start.
+
+    With ``host_uid`` (root only, :func:`unprivileged_host`) bubblewrap runs as that uid, started by
+    :data:`STAGE_SCRIPT`: the run folder, the interpreter's folders, ``readonly`` and the egress
+    socket are bound from ``stage`` (an empty folder of the caller's), where the script binds them
+    first, still as root. The caller gives the run folder and the socket to ``host_uid``."""
     fds: list[int] = []
+    mounts: list[list[str | int | None]] = []
+
+    def source(path: str, kind: str, fd: int | None = None) -> str:
+        if host_uid is None:
+            return path
+        if stage is None:
+            raise ValueError("a sandbox with host_uid needs a stage folder")
+        name = str(len(mounts))
+        mounts.append([path, name, kind, fd])
+        return os.path.join(stage, name)
 
     def data(text: bytes) -> str:
         fd = os.memfd_create("tea-sandbox", 0)
@@ -265,18 +358,24 @@ def bwrap_command(
     args += ["--size", size, "--tmpfs", "/tmp"]
     # after the private /tmp, so an interpreter (or this script) that lives under /tmp is not hidden by it
     for path in interpreter_folders(python):
-        args += ["--ro-bind", path, path]
+        args += ["--ro-bind", source(path, "dir"), path]
     for path in readonly:
-        args += ["--ro-bind", path, path]
+        args += ["--ro-bind", source(path, "dir" if os.path.isdir(path) else "file"), path]
     if network:
-        args += ["--bind", str(egress_socket), EGRESS_SOCKET]
+        args += ["--bind", source(str(egress_socket), "file"), EGRESS_SOCKET]
     # by descriptor when one is given: the folder the host checked, whatever its path leads to by now
     # (bwrap checks that what it mounted is that folder); the caller passes the descriptor on
-    bind = ["--bind-fd", str(folder_fd)] if folder_fd is not None else ["--bind", str(folder)]
+    if host_uid is not None:
+        bind = ["--bind", source(str(folder), "dir", folder_fd)]
+    else:
+        bind = ["--bind-fd", str(folder_fd)] if folder_fd is not None else ["--bind", str(folder)]
     args += [*bind, str(folder), *ROOT_READ_ONLY, "--chdir", str(workdir)]
     program = seccomp_program()
     if program is not None:
         args += ["--seccomp", data(program)]
+    if host_uid is not None:
+        config = {"uid": host_uid, "gid": HOST_GID, "stage": stage, "mounts": mounts}
+        args = [sys.executable, "-I", "-S", str(STAGE_SCRIPT), json.dumps(config), "--", *args]
     return args, fds
 
 

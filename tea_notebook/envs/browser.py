@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, ClassVar, Literal
 from urllib.parse import unquote, urlparse
 
 from tea_notebook.envs import browser_scripts as scripts
+from tea_notebook.envs._sandbox_child import folder_usage
 from tea_notebook.envs.base import Environment, EnvironmentFailure, action
 from tea_notebook.envs.safe_open import Beneath, folder_beneath, read_beneath
 
@@ -85,6 +86,16 @@ MAX_REFUSALS_SHOWN = 5  # refused page requests listed in one observation (the r
 REFUSAL_MATCH_SECONDS = 10.0  # a refusal no page request claims within this is Chromium's own: dropped
 MAX_PDF_BYTES = 50 * 1024 * 1024  # a PDF fetched from a tab, or read for its text
 _COPY_CHUNK = 1024 * 1024
+# what a page may put on disk by downloads (a 1.5 MB gzip bomb is 1.5 GiB once Chromium decodes it):
+# one download, and all the downloads of one browser session, in MB; the copy into the run folder
+# also counts against the run folder's disk quota (the sandbox's ``quota_mb``, 1024 MB by default)
+DOWNLOAD_MB = 100
+SESSION_DOWNLOADS_MB = 500
+RUN_FOLDER_QUOTA_MB = 1024
+DOWNLOAD_WATCH = 0.05  # seconds between looks at a download in progress
+MAX_RUN_FOLDER_ENTRIES = 100_000  # as the sandbox's quota: the walk of the run folder stops past it
+PROBE_SECONDS = 1.5  # how long a tab suspected of hanging has to answer a trivial script
+MAX_TABS = 10  # open tabs; a tab or popup past it is closed at once (a page opening hundreds wedged the browser)
 
 
 # Counts popups (target=_blank links, window.open) so that a click knows to wait for the new tab.
@@ -255,16 +266,24 @@ def _write_new(folder: Path, sub: str, name: str, data: bytes) -> Path:
     return path
 
 
-def _copy_download(source: Path, folder: Path, name: str) -> tuple[Path, int, bytes]:
+class DownloadRefused(EnvironmentFailure):
+    """A download stopped or not saved because it passed a byte limit (nothing of it is kept)."""
+
+
+def _copy_download(source: Path, folder: Path, name: str, limit: int | None = None) -> tuple[Path, int, bytes]:
     """Copy a finished download (a file in the browser's private downloads folder, where a
     compromised browser could have put a link instead) into ``folder/downloads``. Returns the new
-    path, its size and its first bytes (all of them for a PDF, up to :data:`MAX_PDF_BYTES`)."""
+    path, its size and its first bytes (all of them for a PDF, up to :data:`MAX_PDF_BYTES`).
+    ``limit``: the most bytes it may take; a larger file is :class:`DownloadRefused` before anything
+    is written (or, should it grow meanwhile, with the partial copy deleted)."""
     src = Beneath(source.parent)
     try:
         opened = src.open(source.name, "read")
     finally:
         src.close()
     with opened:
+        if limit is not None and (whole := os.fstat(opened.fd).st_size) > limit:
+            raise DownloadRefused(f"{whole:,} bytes, over the {limit:,} bytes it may take")
         fd, path = _new_file(folder, "downloads", name)
         size, head = 0, b""
         try:
@@ -272,11 +291,55 @@ def _copy_download(source: Path, folder: Path, name: str) -> tuple[Path, int, by
                 while chunk := fin.read(_COPY_CHUNK):
                     if len(head) < MAX_PDF_BYTES and (not head or head.startswith(b"%PDF-")):
                         head += chunk[: MAX_PDF_BYTES - len(head)]
-                    fout.write(chunk)
                     size += len(chunk)
+                    if limit is not None and size > limit:
+                        raise DownloadRefused(f"it grew past the {limit:,} bytes it may take while copied")
+                    fout.write(chunk)
+        except BaseException:
+            _remove_new(folder, path)
+            raise
         finally:
             os.close(fd)
     return path, size, head
+
+
+def _remove_new(folder: Path, path: Path) -> None:
+    """Delete ``path``, a file this environment just made beneath ``folder`` (never followed out)."""
+    try:
+        rel = path.relative_to(folder)
+        where = folder_beneath(folder, str(rel.parent) if str(rel.parent) != "." else ".")
+    except (ValueError, OSError):
+        return
+    try:
+        os.unlink(rel.name, dir_fd=where.fd)
+    except OSError:
+        pass
+    finally:
+        where.close()
+
+
+def _mb(count: int) -> str:
+    """A byte count in MB, for messages."""
+    return f"{count / 2**20:g} MB"
+
+
+def _download_sizes(downloads: Path) -> tuple[int, int]:
+    """The largest file and the total bytes in the browser's private downloads folder (its files
+    only: Chromium writes each download there under a name of its own, links not followed)."""
+    largest = total = 0
+    try:
+        with os.scandir(downloads) as entries:
+            for entry in entries:
+                try:
+                    if entry.is_file(follow_symlinks=False):
+                        info = entry.stat(follow_symlinks=False)
+                        size = max(info.st_size, info.st_blocks * 512)  # written, or merely claimed
+                        largest, total = max(largest, size), total + size
+                except OSError:
+                    continue
+    except OSError:
+        pass
+    return largest, total
 
 
 class Browser(Environment):
@@ -285,8 +348,10 @@ class Browser(Environment):
     ``ws.envs.add(Browser, timeout=10)``; every run gets its own browser with a fresh profile.
     Options: ``timeout`` (seconds per action), ``headless``, ``executable`` (a Chromium binary),
     ``isolation`` (``"auto"``: inside bubblewrap when it can run, else on the host with a warning;
-    ``"bubblewrap"``: refuse to start without it; ``"process"``: on the host, chosen). Where it may
-    go is the workspace's egress policy (``ws.egress``).
+    ``"bubblewrap"``: refuse to start without it; ``"process"``: on the host, chosen), the byte
+    limits of downloads (``download_mb`` one download, ``downloads_mb`` the session's, ``quota_mb``
+    the run folder's disk quota the copies count against) and ``max_tabs`` (tabs and popups past it
+    are closed at once). Where it may go is the workspace's egress policy (``ws.egress``).
     """
 
     name: ClassVar[str] = "browser"
@@ -320,10 +385,29 @@ class Browser(Environment):
         headless: bool = True,
         executable: str | None = None,
         isolation: str = "auto",
+        download_mb: float = DOWNLOAD_MB,
+        downloads_mb: float = SESSION_DOWNLOADS_MB,
+        quota_mb: float = RUN_FOLDER_QUOTA_MB,
+        max_tabs: int = MAX_TABS,
     ):
         super().__init__(folder, context)
         if timeout <= 0:
             raise ValueError("timeout must be positive")
+        for option, value in (("download_mb", download_mb), ("downloads_mb", downloads_mb), ("quota_mb", quota_mb)):
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"{option} must be a positive number of MB, not {value!r}")
+        if not isinstance(max_tabs, int) or isinstance(max_tabs, bool) or max_tabs < 1:
+            raise ValueError(f"max_tabs must be a whole number of tabs, at least 1, not {max_tabs!r}")
+        self.max_tabs = max_tabs
+        self._tabs_refused = 0  # tabs and popups closed at once (past max_tabs), not yet reported
+        self._suspect: set[Page] = set()  # tabs an action overstayed on: asked to answer before the next one
+        self.download_bytes = int(download_mb * 2**20)  # one download
+        self.session_download_bytes = int(downloads_mb * 2**20)  # all of this session's downloads
+        self.quota_bytes = int(quota_mb * 2**20)  # the run folder, everything in it
+        self._downloaded = 0  # bytes of downloads saved into the run folder this session
+        self._active: set["Download"] = set()  # downloads in progress
+        self._guard: asyncio.Task | None = None  # watching them, while there are any
+        self._refused_downloads: dict["Download", str] = {}  # stopped by a limit, and why
         if isolation not in ("auto", "bubblewrap", "process"):
             raise ValueError(f"isolation must be 'auto', 'bubblewrap' or 'process', not {isolation!r}")
         self.isolation = isolation
@@ -411,6 +495,7 @@ class Browser(Environment):
                     args=[*LAUNCH_ARGS, *box.args],
                     env=box.env,
                     downloads_path=str(box.downloads),
+                    proxy=box.playwright_proxy,  # type: ignore[arg-type]
                     viewport=VIEWPORT,
                     accept_downloads=True,
                     timeout=30_000,
@@ -575,6 +660,10 @@ class Browser(Environment):
         for task in list(self._downloads):
             task.cancel()
         self._downloads.clear()
+        if self._guard is not None:
+            self._guard.cancel()
+        self._guard = None
+        self._active.clear()
         if ctx is not None:
             try:
                 await asyncio.wait_for(ctx.close(), 5)
@@ -633,11 +722,17 @@ class Browser(Environment):
             _kill(pid)
 
     # -- tabs -----------------------------------------------------------------------------------
-    def _register(self, page: "Page") -> int:
-        """Give a new page a tab id and make it current (new tabs and popups come to the front)."""
+    def _register(self, page: "Page") -> int | None:
+        """Give a new page a tab id and make it current (new tabs and popups come to the front); past
+        :attr:`max_tabs` open tabs a new page is closed at once instead (None)."""
         for tab_id, known in self._tabs.items():
             if known is page:
                 return tab_id
+        if len(self._tabs) >= self.max_tabs:
+            self._tabs_refused += 1
+            task = asyncio.ensure_future(self._close_storm(page))
+            task.add_done_callback(lambda t: t.cancelled() or t.exception())
+            return None
         tab_id = self._next_tab
         self._next_tab += 1
         self._tabs[tab_id] = page
@@ -650,6 +745,28 @@ class Browser(Environment):
         if self._page_event is not None:
             self._page_event.set()
         return tab_id
+
+    async def _close_storm(self, page: "Page") -> None:
+        """Close a tab opened past :attr:`max_tabs`, and the tab that opened it: a page that opens
+        windows past the limit (and past the init script's cap, e.g. by submitting forms to new
+        windows) is stopped at its source rather than left to wedge the browser."""
+        try:
+            opener = await asyncio.wait_for(page.opener(), 2)
+        except Exception:  # noqa: BLE001 - closed already, or no answer: close what we have
+            opener = None
+        try:
+            await page.close(run_before_unload=False)
+        except Exception:  # noqa: BLE001 - it may be gone already
+            pass
+        tab_id = self._tab_id(opener) if opener is not None else None
+        if opener is not None and tab_id is not None and not opener.is_closed():
+            self._notes.append(
+                f"Tab [{tab_id}] ({opener.url}) kept opening tabs past the limit of {self.max_tabs}; it was closed."
+            )
+            try:
+                await opener.close(run_before_unload=False)
+            except Exception:  # noqa: BLE001 - it may be gone already
+                pass
 
     def _tab_id(self, page: "Page") -> int | None:
         return next((i for i, p in self._tabs.items() if p is page), None)
@@ -696,22 +813,90 @@ class Browser(Environment):
 
     # -- downloads and PDFs ----------------------------------------------------------------------
     def _on_download(self, download: "Download") -> None:
+        self._active.add(download)
+        if self._guard is None or self._guard.done():
+            self._guard = asyncio.ensure_future(self._guard_downloads())
         self._downloads.append(asyncio.ensure_future(self._save_download(download)))
+
+    def _download_limit(self, largest: int, total: int) -> str | None:
+        """Which byte limit the browser's downloads in progress passed (None: none)."""
+        if largest > self.download_bytes:
+            return f"it passed the limit of {_mb(self.download_bytes)} for one download"
+        if self._downloaded + total > self.session_download_bytes:
+            return f"the browser session's downloads passed their limit of {_mb(self.session_download_bytes)}"
+        return None
+
+    async def _guard_downloads(self) -> None:
+        """While downloads are in progress, look at the browser's downloads folder every
+        :data:`DOWNLOAD_WATCH` s; past a limit, cancel them all and delete what they wrote."""
+        box = self._box
+        while box is not None and self._active:
+            await asyncio.sleep(DOWNLOAD_WATCH)
+            why = self._download_limit(*_download_sizes(box.downloads))
+            if why is None:
+                continue
+            for download in list(self._active):
+                self._refused_downloads[download] = why
+                try:
+                    await download.cancel()
+                except Exception:  # noqa: BLE001 - it may have finished or failed meanwhile
+                    pass
+            await asyncio.sleep(DOWNLOAD_WATCH)
+            with os.scandir(box.downloads) as entries:  # partial files Chromium left behind
+                for entry in entries:
+                    try:
+                        os.unlink(entry.path)  # a link is removed, never followed
+                    except OSError:
+                        pass
+            return
+
+    def _refuse_download(self, url: str, why: str) -> str:
+        """A download refused by a byte limit: an event of the run (``notice``) and the observation's note."""
+        text = f"A download of {url} was stopped and deleted: {why}. Nothing of it was saved."
+        notice = getattr(self.context, "notice", None)
+        if notice is not None:
+            notice("notice", {"message": text})
+        return text
 
     async def _save_download(self, download: "Download") -> str:
         """A finished download: copied from the browser's private folder into the run's ``downloads``
-        (Playwright's ``save_as`` would copy by path, following whatever link it finds)."""
+        (Playwright's ``save_as`` would copy by path, following whatever link it finds), within the
+        byte limits (one download, the session's downloads, the run folder's quota)."""
         name = _safe_name(download.suggested_filename or "download")
         try:
-            source = await download.path()
-            path, size, head = await asyncio.to_thread(_copy_download, Path(source), self.folder, name)
-        except Exception as exc:  # noqa: BLE001 - reported as a note
-            return f"A download of {download.url} failed: {_short(exc)}"
+            try:
+                source = await download.path()
+            except Exception as exc:  # noqa: BLE001 - reported as a note
+                if download in self._refused_downloads:
+                    return self._refuse_download(download.url, self._refused_downloads.pop(download))
+                return f"A download of {download.url} failed: {_short(exc)}"
+            finally:
+                self._active.discard(download)
+            if download in self._refused_downloads:
+                return self._refuse_download(download.url, self._refused_downloads.pop(download))
+            used, _ = await asyncio.to_thread(folder_usage, str(self.folder), MAX_RUN_FOLDER_ENTRIES)
+            room = {
+                f"the limit of {_mb(self.download_bytes)} for one download": self.download_bytes,
+                f"what is left of the session's {_mb(self.session_download_bytes)} of downloads": (
+                    self.session_download_bytes - self._downloaded
+                ),
+                f"what is left of the run folder's disk quota of {_mb(self.quota_bytes)}": self.quota_bytes - used,
+            }
+            why, limit = min(room.items(), key=lambda item: item[1])
+            try:
+                path, size, head = await asyncio.to_thread(
+                    _copy_download, Path(source), self.folder, name, max(0, limit)
+                )
+            except DownloadRefused as exc:
+                return self._refuse_download(download.url, f"{exc} ({why})")
+            except Exception as exc:  # noqa: BLE001 - reported as a note
+                return f"A download of {download.url} failed: {_short(exc)}"
         finally:
             try:
                 await download.delete()
             except Exception:  # noqa: BLE001 - the session's folder goes at the end anyway
                 pass
+        self._downloaded += size
         self._saved[download.url] = path
         return self._describe_file(path, size, head, download.url)
 
@@ -769,32 +954,80 @@ class Browser(Environment):
             self._lock = asyncio.Lock()
         async with self._lock:
             notes = await self._ensure_alive()
+            notes += await self._replace_hung_tab()
             page = await self._page()
+            started, handled = time.monotonic(), False
             try:
-                text = await work(page)
-            except EnvironmentFailure as exc:
-                if refresh:
-                    await self._refresh()
-                raise EnvironmentFailure("\n".join([*notes, str(exc), *self._refusal_notes()])) from None
-            except Exception as exc:
-                if _is_closed_error(exc) and not self._connected():
-                    self._dead = True
+                try:
+                    text = await work(page)
+                except EnvironmentFailure as exc:
+                    handled = True  # a condition the action met and named (a page that did not load …)
+                    if refresh:
+                        await self._refresh()
+                    raise EnvironmentFailure("\n".join([*notes, str(exc), *self._refusal_notes()])) from None
+                except Exception as exc:
+                    if _is_closed_error(exc) and not self._connected():
+                        self._dead = True
+                        raise EnvironmentFailure(
+                            "The browser closed during the action; it will be restarted at the next action."
+                        ) from None
+                    if type(exc).__name__ == "TimeoutError" and type(exc).__module__.startswith("playwright"):
+                        why = _reason(exc)
+                        message = f"timed out after {self.op_timeout:g} s: {_short(exc)}" + (f" ({why})" if why else "")
+                    else:
+                        message = _short(exc)
+                    if refresh:
+                        await self._refresh()
                     raise EnvironmentFailure(
-                        "The browser closed during the action; it will be restarted at the next action."
+                        "\n".join([*notes, message, *self._take_notes(), *self._refusal_notes()])
                     ) from None
-                if type(exc).__name__ == "TimeoutError" and type(exc).__module__.startswith("playwright"):
-                    why = _reason(exc)
-                    message = f"timed out after {self.op_timeout:g} s: {_short(exc)}" + (f" ({why})" if why else "")
-                else:
-                    message = _short(exc)
-                if refresh:
-                    await self._refresh()
-                raise EnvironmentFailure("\n".join([*notes, message, *self._refusal_notes()])) from None
-            extra = await self._refresh() if refresh else []
-            return "\n".join([*notes, text, *extra, *self._take_notes(), *self._refusal_notes()])
+                extra = await self._refresh() if refresh else []
+                return "\n".join([*notes, text, *extra, *self._take_notes(), *self._refusal_notes()])
+            finally:
+                # an action that overstayed (a script's timeout, or cancelled at its limit) may have met
+                # a page that stopped answering (a script that never yields): the next action asks first
+                if not handled and time.monotonic() - started > self.op_timeout and not page.is_closed():
+                    self._suspect.add(page)
+
+    async def _answers(self, page: "Page") -> bool:
+        """True when the tab runs a trivial script within :data:`PROBE_SECONDS`."""
+        try:
+            await asyncio.wait_for(page.evaluate("1"), PROBE_SECONDS)
+            return True
+        except Exception:  # noqa: BLE001 - no answer (or an error): the tab is not usable
+            return False
+
+    async def _replace_hung_tab(self) -> list[str]:
+        """Before an action: a current tab that an earlier action overstayed on must answer a trivial
+        script within :data:`PROBE_SECONDS`; one that does not is closed and replaced by a blank tab
+        (and when even closing it hangs, the whole browser is restarted). Returns the notes."""
+        page = self._tabs.get(self._current) if self._current is not None else None
+        suspects, self._suspect = self._suspect, set()
+        if page is None or page not in suspects or page.is_closed():
+            return []
+        if await self._answers(page):
+            return []
+        tab_id, url = self._current, page.url
+        try:
+            await asyncio.wait_for(page.close(run_before_unload=False), 5)
+        except Exception:  # noqa: BLE001 - the browser itself no longer answers: start a new one
+            self._dead = True
+            restarted = await self._ensure_alive()
+            return [f"Tab [{tab_id}] ({url}) stopped answering and could not be closed; {' '.join(restarted)}"]
+        self._on_page_close(page)
+        return [
+            f"Tab [{tab_id}] ({url}) stopped answering (a script that never yields?) and was closed; "
+            "the action ran in another tab."
+        ]
 
     def _take_notes(self) -> list[str]:
         notes, self._notes = self._notes, []
+        refused, self._tabs_refused = self._tabs_refused, 0
+        if refused:
+            notes.append(
+                f"The page tried to open {refused} more tab(s) or popup(s) past the limit of {self.max_tabs} open "
+                "tabs; they were closed at once."
+            )
         return notes
 
     def _connected(self) -> bool:
@@ -1209,6 +1442,10 @@ class Browser(Environment):
 
         async def work(_page: "Page") -> str:
             assert self._context is not None
+            if len(self._tabs) >= self.max_tabs:
+                raise EnvironmentFailure(
+                    f"{len(self._tabs)} tabs are open, the limit (max_tabs={self.max_tabs}): close one with close_tab"
+                )
             page = await self._context.new_page()
             self._current = self._register(page)
             return await self._open(page, checked)

@@ -1,20 +1,47 @@
 """The JavaScript the browser environment runs in pages: its init script, the snapshot of
 interactive elements, the page as markdown, scrolling, element descriptions, popup counting."""
 
+POPUP_LIMIT = 8  # windows one page may open (window.open, links to a new tab); past it they do not open
+
 INIT_SCRIPT = """
 (() => {
   if (window.__teaInit) return;
   window.__teaInit = true;
   window.__teaPopups = 0;
   const open = window.open;
-  window.open = function (...args) { window.__teaPopups += 1; return open.apply(this, args); };
-  document.addEventListener('click', (event) => {
+  // a page that opens hundreds of windows gets a few (the environment closes any past its tab limit)
+  window.__teaOpened = 0;
+  window.open = function (...args) {
+    window.__teaOpened += 1;
+    if (window.__teaOpened > POPUP_LIMIT) return null;
+    window.__teaPopups += 1;
+    return open.apply(this, args);
+  };
+  // a link or form that targets another window (its own target, or the page's <base target>)
+  const elsewhere = (el) => {
+    const base = document.querySelector('base[target]');
+    const target = ((el && el.getAttribute('target')) || (base && base.getAttribute('target')) || '').toLowerCase();
+    return target !== '' && !['_self', '_parent', '_top'].includes(target);
+  };
+  const another = () => { window.__teaOpened += 1; return window.__teaOpened <= POPUP_LIMIT; };
+  // on the window, capturing: before any listener of the page's own
+  window.addEventListener('click', (event) => {
     const a = event.target && event.target.closest && event.target.closest('a[href]');
-    const target = a ? (a.getAttribute('target') || '').toLowerCase() : '';
-    if (target && !['_self', '_parent', '_top'].includes(target)) window.__teaPopups += 1;
+    if (!a || !elsewhere(a)) return;
+    if (!another()) { event.preventDefault(); return; }
+    window.__teaPopups += 1;
   }, true);
+  window.addEventListener('submit', (event) => {
+    if (elsewhere(event.target) && !another()) event.preventDefault();
+  }, true);
+  const submit = HTMLFormElement.prototype.submit;  // form.submit() fires no submit event
+  HTMLFormElement.prototype.submit = function () {
+    if (elsewhere(this) && !another()) return;
+    return submit.apply(this);
+  };
 })();
 """
+INIT_SCRIPT = INIT_SCRIPT.replace("POPUP_LIMIT", str(POPUP_LIMIT))
 
 # The state snapshot: where the page is and its visible interactive elements, each with a
 # selector that click/input accept (the element's unique id, or a data-tea attribute set here).

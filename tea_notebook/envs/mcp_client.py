@@ -7,7 +7,9 @@ ends, and killed at interpreter exit. The workspace hands TCP an :class:`MCPClie
 nothing from here); ``ws.tools.import_mcp(...)`` lists the server's tools and registers them, all
 or none, as a toolkit named after the server, each record keeping the server's spec so that after a
 kernel restart the first call connects again. A server that died is restarted at the next call,
-once; if it dies again before answering, the call reports it.
+once; if it dies again before answering, the call reports it. Both protocol eras are spoken: the
+client asks ``server/discover`` first (2026-07-28: stateless, no handshake, no session) and falls
+back to the ``initialize`` handshake (2025-11-25 and before).
 
 Secrets stay out of the workspace database. Every ``env`` value is stored as a ``${NAME}``
 reference (its name: ``env={"DB_PASS": "x"}`` is stored as ``${DB_PASS}``); so is a header whose
@@ -18,7 +20,8 @@ read from the process environment, and a missing variable is an error naming it.
 written as a reference from the start (``headers={"Authorization": "Bearer ${TEA_MCP_TOKEN}"}``):
 it is stored as written and filled in at every connection.
 
-What a server says about itself is not trusted: a tool description is clipped to
+What a server says about itself is not trusted: a message that cannot be read (prose, JSON nested too
+deeply) ends the connection at once with the reason; a tool description is clipped to
 :data:`MAX_DESCRIPTION_CHARS` before it is stored (the prompt marks it as coming from the server),
 parameter descriptions inside its schema too, and a tool whose name is one of the runtime's own
 actions (:mod:`tea_notebook.protocol.reserved`) makes the whole import fail.
@@ -199,6 +202,20 @@ class MCPServerSpec(BaseModel):
         return _REFERENCES.sub(fill, value)
 
 
+def bearer_reference(env_name: str) -> str:
+    """The ``Authorization`` header value of ``%tea mcp add --token-env NAME``: ``Bearer ${NAME}``, a
+    reference filled in from the process environment at every connection (never from a Python
+    variable, never stored as a value). A RegistryError names a variable that is not a valid name or
+    not set (or empty) now."""
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", env_name or ""):
+        raise RegistryError(f"--token-env {env_name!r}: give the name of an environment variable (letters, digits, _)")
+    if not os.environ.get(env_name, "").strip():
+        raise RegistryError(
+            f"--token-env {env_name}: the environment variable {env_name} is not set (or empty) in this process"
+        )
+    return f"Bearer ${{{env_name}}}"
+
+
 def _header_env(header: str) -> str:
     return "MCP_" + re.sub(r"[^A-Za-z0-9]+", "_", header).upper()
 
@@ -252,7 +269,7 @@ class MCPConnection(Environment):
         self.closed = False
         self._task: asyncio.Task | None = None
         self._leave: asyncio.Event | None = None
-        self._bad: list[str] = []
+        self._bad: list[tuple[str, str]] = []  # (what the server sent, why it cannot be read) when known
         self._stderr: Path | None = None
         self._refused: int | None = None  # an HTTP status 401 / 403 seen while connecting
 
@@ -329,24 +346,16 @@ class MCPConnection(Environment):
         return streams[0], streams[1]
 
     async def _handshake(self, session: Any) -> None:
-        init = asyncio.ensure_future(session.initialize())
-        init.add_done_callback(lambda t: t.cancelled() or t.exception())  # never "not retrieved"
-        while not init.done():  # a line that is not JSON-RPC ends the wait at once, not at the timeout
-            await asyncio.wait({init}, timeout=0.05)
-            if self._bad and not init.done():
-                init.cancel()
-                raise MCPFailure(
-                    f"MCP server {self.spec.name!r} does not speak MCP: it sent {self._bad[0]!r} ({self.spec.where})"
-                )
-        result = init.result()
-        self.protocol_version = result.protocol_version
-        info = result.server_info
+        await self._watching(self._negotiate(session), "the handshake")
+        self.protocol_version = session.protocol_version or ""
+        info = session.server_info
         self.server_info = {"name": info.name, "version": info.version} if info is not None else {}
         tools, cursor = [], None
         while True:
             from mcp.types import PaginatedRequestParams
 
-            page = await session.list_tools(params=PaginatedRequestParams(cursor=cursor) if cursor else None)
+            params = PaginatedRequestParams(cursor=cursor) if cursor else None
+            page = await self._watching(session.list_tools(params=params), "the list of its tools")
             tools.extend(page.tools)
             cursor = page.next_cursor
             if not cursor:
@@ -354,11 +363,62 @@ class MCPConnection(Environment):
         self.tools = tools
         self._wrapped = {t.name for t in tools if _is_wrapped(t.output_schema)}
 
+    async def _negotiate(self, session: Any) -> None:
+        """The protocol version: 2026-07-28's ``server/discover`` first (stateless: no handshake, no
+        session), else the ``initialize`` handshake of 2025-11-25 and before. Anything but a
+        discover result naming a version both sides speak falls back to the handshake, except a
+        server that names only stateless versions this client does not speak."""
+        from mcp.shared.exceptions import MCPError
+        from mcp_types import UNSUPPORTED_PROTOCOL_VERSION
+        from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+
+        try:
+            await session.discover()
+            return
+        except MCPError as exc:
+            supported = (exc.error.data or {}).get("supported") if isinstance(exc.error.data, dict) else None
+            if exc.code == UNSUPPORTED_PROTOCOL_VERSION and isinstance(supported, list):
+                if not any(v in HANDSHAKE_PROTOCOL_VERSIONS for v in supported):
+                    versions = ", ".join(map(str, supported))
+                    raise MCPFailure(
+                        f"MCP server {self.spec.name!r} speaks only protocol versions {versions}, which this "
+                        f"client does not support ({self.spec.where})"
+                    ) from None
+        except RuntimeError:  # a discover result naming no version this client speaks statelessly
+            pass
+        await session.initialize()
+
+    async def _watching(self, awaitable: Any, during: str) -> Any:
+        """``awaitable``'s result; a message from the server that cannot be read (prose, malformed or
+        too deeply nested JSON) ends the wait at once with the reason, not at the timeout."""
+        step = asyncio.ensure_future(awaitable)
+        step.add_done_callback(lambda t: t.cancelled() or t.exception())  # never "not retrieved"
+        while not step.done():
+            await asyncio.wait({step}, timeout=0.05)
+            if self._bad and not step.done():
+                step.cancel()
+                sent, why = self._bad[0]
+                if why:
+                    raise MCPFailure(
+                        f"MCP server {self.spec.name!r} sent a message this client cannot read during {during}: "
+                        f"{why} (it sent {sent!r}; {self.spec.where})"
+                    )
+                raise MCPFailure(
+                    f"MCP server {self.spec.name!r} does not speak MCP: it sent {sent!r} ({self.spec.where})"
+                )
+        return step.result()
+
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, Exception) and len(self._bad) < 5:
             text = str(message)
             found = re.search(r"input_value='(.*?)'", text)
-            self._bad.append(found.group(1)[:200] if found else text.splitlines()[0][:200])
+            sent = found.group(1)[:200] if found else text.splitlines()[0][:200]
+            # what JSON itself refused (too deep, cut off): the reason, not only what was sent
+            reason = re.search(r"Invalid JSON: ([^\[\n]+?)(?: at line \d+ column \d+)?\s*\[", text)
+            why = ""
+            if reason and "recursion limit" in reason.group(1):
+                why = f"its JSON is nested too deeply to read ({reason.group(1).strip()})"
+            self._bad.append((sent, why))
 
     def _explain_start(self, exc: BaseException) -> BaseException:
         spec = self.spec
@@ -932,5 +992,6 @@ __all__ = [
     "MCPFailure",
     "MCPImport",
     "MCPServerSpec",
+    "bearer_reference",
     "make_spec",
 ]

@@ -1,7 +1,8 @@
 """MCP export: a workspace's tools, and its agents as tools (A2T), served to any MCP client.
 
 ``tea mcp serve --workspace W --tools a,b --agents x`` (or :func:`serve`) runs an MCP server, built
-on the official SDK's low-level ``Server``, over stdio or streamable HTTP. Only what is named is
+on the official SDK's low-level ``Server``, over stdio or streamable HTTP, answering clients of
+2026-07-28 (stateless requests) and of 2025-11-25 (the handshake) alike. Only what is named is
 exported; at least one tool or agent must be. Calls go through the registries exactly as calls
 from a cell do (schema checks, sandboxes for generated tools, usage counts); results and errors
 pass through :func:`tea_notebook.redaction.redact` before they leave, so secrets never cross.
@@ -179,6 +180,23 @@ def is_loopback(host: str) -> bool:
     return bool(found) and all(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in found)
 
 
+def bind_address(host: str) -> str:
+    """The address the HTTP server binds: an IPv6 address may be written as in a URL (``[::1]``) and is
+    bound without its brackets; a TeaError naming a malformed ``host`` (unbalanced brackets, brackets
+    around anything but an IPv6 address, nothing at all)."""
+    text = host.strip()
+    if not text:
+        raise TeaError("--host must not be empty")
+    if not (text.startswith("[") or text.endswith("]")):
+        return text
+    inner = text[1:-1] if text.startswith("[") and text.endswith("]") else ""
+    try:
+        ipaddress.IPv6Address(inner)
+    except ValueError:
+        raise TeaError(f"--host {host}: brackets go around an IPv6 address only, as in [::1]") from None
+    return inner
+
+
 def http_token(token_env: str | None = None) -> tuple[str, str]:
     """The bearer token an HTTP server requires and where it came from: the variable ``token_env``
     names (an error when it is unset, empty or short), else ``TEA_MCP_TOKEN`` when set, else a new
@@ -320,14 +338,18 @@ async def serve(
         raise TeaError("an MCP server over HTTP needs a bearer token (token=...; tea mcp serve makes one)")
     import uvicorn
 
-    app = http_app(ws, tools, agents, token=token, host=host, port=port, allowed=allowed_hosts, name=name)
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on", access_log=False)
-    print(f"tea mcp serve: http://{host}:{port}/mcp ({ws.path})", file=sys.stderr, flush=True)
+    bind = bind_address(host)
+    app = http_app(ws, tools, agents, token=token, host=bind, port=port, allowed=allowed_hosts, name=name)
+    config = uvicorn.Config(app, host=bind, port=port, log_level="warning", lifespan="on", access_log=False)
+    shown = f"[{bind}]" if ":" in bind else bind
+    print(f"tea mcp serve: http://{shown}:{port}/mcp ({ws.path})", file=sys.stderr, flush=True)
     await uvicorn.Server(config).serve()
 
 
 def check_bind(host: str, allow_remote: bool, *, warn: bool = True) -> None:
-    """Refuse a non-loopback ``host`` unless ``allow_remote``; warn (on stderr) when it is allowed."""
+    """Refuse a malformed ``host`` (:func:`bind_address`), and a non-loopback one unless ``allow_remote``;
+    warn (on stderr) when it is allowed."""
+    bind_address(host)
     if is_loopback(host):
         return
     if not allow_remote:
@@ -349,6 +371,7 @@ __all__ = [
     "TOKEN_ENV",
     "BearerAuth",
     "answered_hosts",
+    "bind_address",
     "Export",
     "build_server",
     "check_bind",

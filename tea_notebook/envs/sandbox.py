@@ -24,8 +24,10 @@ import os
 import select
 import shutil
 import signal
+import stat
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import weakref
@@ -167,6 +169,7 @@ class PythonSandbox(Environment):
         if self.within is not None and not Path(os.path.abspath(self.folder)).is_relative_to(self.within):
             raise ValueError(f"folder {self.folder} is not inside within={self.within}")
         self._root_fd: int | None = None  # the run folder, held open while a sandbox process may run
+        self._stage: str | None = None  # an empty folder a start as nobody stages its binds on
         self.boundary: boundary.Boundary | None = None  # known once started
         self._proxy: "EgressProxy | None" = None  # the way out of a sandbox with network
         self._refusals: list[str] = []  # egress refusals not yet told in an observation
@@ -202,6 +205,7 @@ class PythonSandbox(Environment):
         await self.start()
 
     def kill(self) -> None:
+        self._remove_stage()
         root_fd, self._root_fd = self._root_fd, None
         if root_fd is not None:
             os.close(root_fd)
@@ -243,6 +247,26 @@ class PythonSandbox(Environment):
             return UNPRIVILEGED, UNPRIVILEGED
         return None, None
 
+    def _host_identity(self) -> int | None:
+        """The unprivileged host uid a bubblewrap sandbox started by root runs as
+        (:func:`~tea_notebook.envs.boundary.unprivileged_host`), when that uid can read the
+        interpreter and this package; None: the sandbox is this process's own uid on the host."""
+        host_uid = boundary.unprivileged_host()
+        if host_uid is None:
+            return None
+        needed = [os.path.realpath(self.python), *boundary.interpreter_folders(self.python), str(PACKAGE)]
+        return host_uid if all(boundary.readable_by_others(path) for path in needed) else None
+
+    def _remove_stage(self) -> None:
+        """Remove the empty folder the last start staged its binds on (they live on in no namespace
+        the host uses: only the staging process's private one saw them)."""
+        stage, self._stage = self._stage, None
+        if stage is not None:
+            try:
+                os.rmdir(stage)
+            except OSError:
+                pass
+
     def _nproc_limit(self, uid: int | None) -> int:
         """RLIMIT_NPROC counts every process of the user, so allow what it already runs plus ours."""
         owner = os.geteuid() if uid is None else uid
@@ -271,7 +295,7 @@ class PythonSandbox(Environment):
         )
         env.update(self.extra_env)
         if self._proxy is not None:  # after the caller's variables: the proxy is the only way out
-            url = self._proxy.url if self._proxy.tcp else f"http://127.0.0.1:{boundary.EGRESS_PORT}"
+            url = self._proxy.client_url if self._proxy.tcp else f"http://127.0.0.1:{boundary.EGRESS_PORT}"
             for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
                 env[name] = url
             env["NO_PROXY"] = env["no_proxy"] = ""
@@ -285,7 +309,8 @@ class PythonSandbox(Environment):
         if self._proxy is None:
             from tea_notebook.egress.proxy import EgressProxy
 
-            self._proxy = EgressProxy(self.egress, on_refusal=self._refused, tcp=tcp).start()
+            # a loopback port any local user could reach: it serves only holders of its session secret
+            self._proxy = EgressProxy(self.egress, on_refusal=self._refused, tcp=tcp, credential=True).start()
         return self._proxy
 
     def _refused(self, decision: "Decision") -> None:
@@ -341,11 +366,23 @@ class PythonSandbox(Environment):
                 "'apt-get install bubblewrap'; user namespaces must be enabled)"
             )
         uid, gid = (None, None) if tool else self._identity()
-        root_fd = self._prepare_folders(uid, gid)
+        host_uid = self._host_identity() if tool else None
+        owner = (host_uid, boundary.HOST_GID) if host_uid is not None else (uid, gid)
+        root_fd = self._prepare_folders(*owner)
         if self._root_fd is not None:
             os.close(self._root_fd)
         self._root_fd = root_fd
         proxy = self._egress(tcp=tool is None) if self.network else None
+        stage = None
+        if host_uid is not None:
+            # the sandbox is nobody on the host: the run folder (what root left there too: files a
+            # tool wrote, a restored fork) and the proxy's socket become its own
+            os.fchown(root_fd, host_uid, boundary.HOST_GID)
+            _hand_over(root_fd, host_uid, boundary.HOST_GID)
+            if proxy is not None and proxy.socket_path:
+                os.chown(proxy.socket_path, host_uid, boundary.HOST_GID)
+            self._remove_stage()
+            stage = self._stage = tempfile.mkdtemp(prefix="tea-stage-")
         # the uid the kernel counts processes against: this one, unless the fallback drops to nobody
         outside_root = os.geteuid() == 0 and uid is None
         config = {
@@ -390,6 +427,8 @@ class PythonSandbox(Environment):
                 network=self.network,
                 tmp_mb=self.tmp_mb,
                 egress_socket=proxy.socket_path if proxy is not None else None,
+                host_uid=host_uid,
+                stage=stage,
             )
         else:
             prefix = _namespace_prefix()
@@ -414,6 +453,7 @@ class PythonSandbox(Environment):
         self._request_pipe = os.fdopen(requests_w, "wb", buffering=0)
         self._buffer = b""
         hello = self._read_line(time.monotonic() + 15)
+        self._remove_stage()  # bubblewrap has bound what it staged (or never will)
         if hello is None or not hello.get("ready"):
             self.kill()
             raise EnvironmentFailure("the sandbox process did not start (it exited before saying it was ready)")
@@ -447,7 +487,11 @@ class PythonSandbox(Environment):
                 self._info["warning"] = "no process limit: running as root without a writable pids cgroup"
         if tool:
             self.boundary = boundary.Boundary(
-                "bubblewrap", self.network, boundary.seccomp_program() is not None, hello.get("uid")
+                "bubblewrap",
+                self.network,
+                boundary.seccomp_program() is not None,
+                hello.get("uid"),
+                host_uid=boundary.sandbox_host_uid(host_uid),
             )
         else:
             reasons = boundary.fallback_reasons(
@@ -887,6 +931,27 @@ def _stats() -> dict[int, list[bytes]]:
 def _group_members(pgid: int, exclude: set[int]) -> list[int]:
     """Live processes of a process group."""
     return [pid for pid, fields in _stats().items() if int(fields[2]) == pgid and pid not in exclude]
+
+
+def _hand_over(root_fd: int, uid: int, gid: int) -> None:
+    """Give the files and folders this process owns under the run folder (``root_fd``) to ``uid``:
+    walked by folder descriptors, links neither followed nor changed, a file with other hard links
+    left alone (its other name may be outside), at most :data:`MAX_ENTRIES` entries."""
+    me, seen = os.geteuid(), 0
+    for _top, dirs, files, top_fd in os.fwalk(".", dir_fd=root_fd, follow_symlinks=False):
+        for name in dirs + files:
+            seen += 1
+            if seen > MAX_ENTRIES:
+                return
+            try:
+                info = os.stat(name, dir_fd=top_fd, follow_symlinks=False)
+                if info.st_uid != me or stat.S_ISLNK(info.st_mode):
+                    continue
+                if not stat.S_ISDIR(info.st_mode) and info.st_nlink > 1:
+                    continue
+                os.chown(name, uid, gid, dir_fd=top_fd, follow_symlinks=False)
+            except OSError:
+                continue
 
 
 def _plain_folder(parent: int, name: str) -> int:

@@ -73,9 +73,9 @@ class Preflight:
 
     @property
     def reachable(self) -> bool:
-        """The server answered (even to say the key is wrong)."""
+        """The server answered (even to say the key is wrong, or to slow down)."""
         p = self.probe("reachable")
-        return bool(p and (p.ok or "authentication" in p.detail))
+        return bool(p and (p.ok or "authentication" in p.detail or "answered HTTP" in p.detail))
 
     @property
     def authenticated(self) -> bool:
@@ -103,9 +103,17 @@ class Preflight:
         return self._ok("json_mode")
 
     @property
-    def tool_mode(self) -> str:
-        """The tool mode to give agents on this model: ``native`` or ``json``."""
+    def tool_mode(self) -> str | None:
+        """The tool mode to give agents on this model: ``native`` or ``json`` (None: native tool calls
+        were not tried, as when the model did not answer)."""
+        if self.native_tools is None:
+            return None
         return "native" if self.native_tools else "json"
+
+    @property
+    def measured(self) -> bool:
+        """At least one call answered, so latency and price per call were measured."""
+        return any(p.ok is not None and p.latency for p in self.probes)
 
     @property
     def latency(self) -> float:
@@ -138,8 +146,8 @@ class Preflight:
             "context_length": self.context_length,
             "input_price_per_token": self.input_price,
             "output_price_per_token": self.output_price,
-            "latency": self.latency,
-            "price_per_call": self.price_per_call,
+            "latency": self.latency if self.measured else None,
+            "price_per_call": self.price_per_call if self.measured else None,
             "tool_mode": self.tool_mode,
             "cost": self.cost,
             "probes": [asdict(p) for p in self.probes],
@@ -158,10 +166,17 @@ class Preflight:
             else "unknown (not in litellm's price list)"
         )
         lines.append(f"  context length: {ctx}; price: {price}")
-        lines.append(
-            f"  latency {self.latency:.2f}s per call · ${self.price_per_call:.6f} per call · recommended "
-            f"tool_mode={self.tool_mode!r} · these checks cost ${self.cost:.6f}"
-        )
+        said = []  # only what was measured: a model that did not answer has no latency nor tool mode
+        if self.measured:
+            said.append(f"latency {self.latency:.2f}s per call · ${self.price_per_call:.6f} per call")
+        if self.tool_mode is not None:
+            said.append(f"recommended tool_mode={self.tool_mode!r}")
+        if self.measured:
+            said.append(f"these checks cost ${self.cost:.6f}")
+        if said:
+            lines.append("  " + " · ".join(said))
+        if not self.ok:
+            lines.append("  nothing else was checked: the model did not answer")
         return "\n".join(lines)
 
     def __repr__(self) -> str:

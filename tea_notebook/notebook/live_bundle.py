@@ -42,8 +42,10 @@ from tea_notebook.runtime.render import (
 if TYPE_CHECKING:
     from tea_notebook.notebook.live import LiveView
 
-#: steps the short HTML of a partial update shows (the latest ones)
-HTML_TAIL = 3
+#: steps the short HTML of a partial update shows whole (the latest ones; the few before in a line each)
+HTML_TAIL = 1
+#: the parts of a partial payload that are the run's content (what changed), not its headers
+CONTENT_KEYS = ("steps", "stages", "threads", "messages")
 
 
 def live_payload(view: "LiveView") -> dict[str, Any] | None:
@@ -252,6 +254,16 @@ class LiveBundle:
         """Bytes of the bundle as JSON (data and metadata), as it goes to the front end."""
         data, metadata = self._repr_mimebundle_()
         return len(json.dumps({"data": data, "metadata": metadata}, default=str).encode())
+
+    def overhead(self) -> int:
+        """Bytes of the bundle beyond the run's content it carries (the steps, stages, threads and
+        messages of each run in it): the HTML fallback, the headers and the metadata."""
+
+        def content(run: dict[str, Any]) -> int:
+            own = sum(len(json.dumps(run[k], default=str).encode()) for k in CONTENT_KEYS if run.get(k))
+            return own + sum(content(child) for child in run.get("children") or ())
+
+        return self.size() - (content(self.payload) if self.payload is not None else 0)
 
     def _text(self) -> str:
         if self.payload is None:

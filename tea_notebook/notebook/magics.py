@@ -17,7 +17,7 @@ import shlex
 from typing import Any, Callable
 
 from IPython.core.error import UsageError
-from IPython.core.magic import Magics, cell_magic, line_magic, magics_class, no_var_expand
+from IPython.core.magic import Magics, cell_magic, line_cell_magic, magics_class, no_var_expand
 from IPython.core.magic_arguments import MagicArgumentParser, argument, magic_arguments, parse_argstring
 from traitlets import Bool, Enum, Float, Integer, List, Unicode, observe
 
@@ -32,7 +32,9 @@ from tea_notebook.notebook.agent_cell import (
     interpolate,
     kind_help,
 )
+from tea_notebook.notebook.cell_commands import CELLS_HELP, cells_envs, checked_grants, start_in_notebook
 from tea_notebook.notebook.listing import Listing, Text, record_rows, run_row
+from tea_notebook.notebook.tea_parsers import POSITIONALS, TeaParser, expand_variables, known_agent, parse
 
 HELP_TEMPLATE = """%tea subcommands:
   %tea model [NAME]           show or set the workspace's default model
@@ -59,6 +61,11 @@ HELP_TEMPLATE = """%tea subcommands:
                               --force goes on with a run folder changed by hand since the stop;
                               --replay SPEC as for fork
   %tea jobs                   background runs (%%agent --background, agent.start) with Stop buttons
+  %tea proposals              the agent's cells waiting for you (%%agent NAME --cells [ask|read|auto])
+  %tea approve P              run proposal P (%%tea approve P + the code: run your edit of it)
+  %tea reject P [REASON]      reject proposal P: it never runs
+  %tea fix [CELL_ID] [--agent NAME] [--model M] [--grant PERM]
+                              send a failing cell (default: the last one) to an agent, which proposes an edit
   %tea versions NAME          a tool's versions             %tea rollback NAME VERSION
   %tea workspace [PATH]       show or switch the workspace  %tea plot [RUN]       plot a run (or all runs)
   %tea create-tool [--manual] [--model M] [--max-fixes N] [--quiet] "WHAT THE TOOL SHOULD DO"
@@ -68,7 +75,7 @@ HELP_TEMPLATE = """%tea subcommands:
                               [--gate-agent A] [--level L] [--gate-epochs K] [--gate-scorer S]: new
                               tools are candidates, promoted only on a measured held-out gain
   %tea stats                  tools created, reuse rate, first-pass validity, mean fix iterations
-  %tea mcp add NAME [--env K=V] [--prefix P] [--timeout S] (--url URL | COMMAND [ARGS...])
+  %tea mcp add NAME [--env K=V] [--prefix P] [--timeout S] (--url URL [--token-env NAME] | COMMAND [ARGS...])
                               register an MCP server's tools as toolkit NAME (stdio command or HTTP url)
   %tea mcp list               imported MCP servers          %tea mcp remove NAME
   %tea plot evolution         memory growth over tasks, tools created vs reused, first-pass validity
@@ -167,11 +174,29 @@ class TeaMagics(Magics):
             raise UsageError(f"TeaMagics.egress_allow/egress_deny: {exc}") from None
 
     def _switch(self, path: str) -> Any:
-        if self._workspace is not None:
-            self._workspace.close()
-        self._workspace = None
+        """Open the workspace at ``path`` and make it current; when it cannot be opened, the current
+        one stays (every later ``%tea`` keeps working) and the UsageError says why."""
+        from pathlib import Path
+
+        from tea_notebook.workspace import Workspace
+
+        old = self._workspace
+        if old is not None and Path(path).expanduser().resolve() == old.path:
+            old.close()  # the same folder: reopened, never open twice at once
+            self._workspace = old = None
+        try:
+            new = Workspace(path)
+        except (TeaError, OSError) as exc:
+            kept = f"; still using {old.path}" if old is not None else ""
+            raise UsageError(f"%tea workspace {path}: {_short(exc)}{kept}") from None
+        if old is not None:
+            old.close()
+        self._workspace = new
         self.workspace_path = path
-        return self.workspace
+        self._activation = new.activate()
+        self._model_settings()
+        self._egress_settings()
+        return new
 
     # -- %tea -----------------------------------------------------------------------------
     def _doctor(self, words: list[str]) -> Any:
@@ -192,13 +217,20 @@ class TeaMagics(Magics):
         except TeaError as exc:
             raise UsageError(str(exc)) from None
 
-    @line_magic
-    def tea(self, line: str) -> Any:
-        """Workspace, registries and runs; ``%tea help`` lists the subcommands."""
-        words = line.split()
+    @no_var_expand
+    @line_cell_magic
+    def tea(self, line: str, cell: str | None = None) -> Any:
+        """Workspace, registries and runs; ``%tea help`` lists the subcommands (``%%tea`` is only for
+        ``%%tea approve P`` + code)."""
+        line = expand_variables(self.shell, line)  # $name and {expr}, never inside a ${NAME} reference
+        words = _split(line)
         if not words or words[0] == "help":
             return Text(help_text())
         cmd, rest = words[0], words[1:]
+        if cell is not None or cmd in ("proposals", "approve", "reject", "fix"):
+            from tea_notebook.notebook.cell_commands import run_subcommand
+
+            return run_subcommand(self, cmd, rest, cell)  # the agent's cells (notebook environment)
         if cmd in ("create-tool", "evolve"):
             tail = line.strip()[len(cmd) :]
             return self._create_tool(tail) if cmd == "create-tool" else self._evolve(tail)
@@ -214,6 +246,8 @@ class TeaMagics(Magics):
             return self._doctor(rest)
         if cmd == "egress":
             return self._egress(rest)
+        if cmd in POSITIONALS:  # a missing, extra or empty word is refused by name before anything runs
+            parse(cmd, rest)
         if cmd == "workspace" and rest:
             return self._switch(rest[0])  # before opening the default one
         ws = self.workspace
@@ -244,8 +278,6 @@ class TeaMagics(Magics):
 
                 return JobsView(ws.jobs)
             if cmd == "runs":
-                from tea_notebook.notebook.tea_parsers import parse
-
                 return Listing([run_row(ws, r) for r in ws.runs(parse("runs", rest).limit)], "runs")
             if cmd == "show":
                 return ws.trajectory(self._arg(rest, "RUN"))
@@ -285,6 +317,9 @@ class TeaMagics(Magics):
         if words:
             sub, args = words[0], words[1:]
             try:
+                spaced = [a for a in args if not a.strip() or any(c.isspace() for c in a)]
+                if spaced:
+                    raise UsageError(f"%tea egress {sub}: {spaced[0]!r} is not a host name (it has spaces)")
                 if sub in ("allow", "deny", "remove") and args:
                     getattr(policy, sub)(*args)
                 elif sub == "only-allowed" and args in (["on"], ["off"]):
@@ -298,7 +333,7 @@ class TeaMagics(Magics):
     # -- %tea create-tool / evolve ----------------------------------------------------------
     def _create_tool(self, tail: str) -> Any:
         """``%tea create-tool [--manual|--auto] [--model M] [--max-fixes N] [--quiet] TEXT`` → a Creation."""
-        parser = MagicArgumentParser(prog="%tea create-tool", add_help=False)
+        parser = TeaParser(prog="%tea create-tool", add_help=False)
         parser.add_argument("text", nargs="*")
         mode = parser.add_mutually_exclusive_group()
         mode.add_argument("--manual", action="store_true", help="wait for your approval before registering")
@@ -333,7 +368,7 @@ class TeaMagics(Magics):
         for a ToolSelf run) → the new run's RunResult (its view says which run and step it was forked
         from). With ``--edit [KIND]`` nothing runs: a cell below is prefilled with ``await ws.fork(...)``
         and the value to edit (see :mod:`tea_notebook.notebook.fork_cells`)."""
-        parser = MagicArgumentParser(prog="%tea fork", add_help=False)
+        parser = TeaParser(prog="%tea fork", add_help=False)
         parser.add_argument("run")
         parser.add_argument("--step", type=int, help="replay this many steps (CORAL: messages)")
         parser.add_argument("--stage", type=int, help="a ToolSelf run: fork at the start of this stage")
@@ -346,8 +381,8 @@ class TeaMagics(Magics):
         REPLAY.add_to(parser)
         try:
             args = parser.parse_args(_split(tail))
-        except (UsageError, SystemExit):
-            raise UsageError(self.FORK_USAGE) from None
+        except (UsageError, SystemExit) as exc:
+            raise UsageError(f"%tea fork: {exc}; {self.FORK_USAGE}") from None
         if (args.step is None) == (args.stage is None):
             raise UsageError(f"%tea fork needs --step N or --stage K (one of them). {self.FORK_USAGE}")
         if args.step is not None and args.step < 0:
@@ -432,7 +467,7 @@ class TeaMagics(Magics):
             "compare": "usage: %tea compare RUN_A RUN_B",
             "resume": "usage: %tea resume RUN [--quiet] [--rerun-unknown] [--force] [--replay SPEC]",
         }[cmd]
-        parser = MagicArgumentParser(prog=f"%tea {cmd}", add_help=False)
+        parser = TeaParser(prog=f"%tea {cmd}", add_help=False)
         parser.add_argument("runs", nargs="*")
         if cmd == "context":
             parser.add_argument("--step", type=int)
@@ -445,8 +480,8 @@ class TeaMagics(Magics):
             REPLAY.add_to(parser)
         try:
             args = parser.parse_args(_split(tail))
-        except (UsageError, SystemExit):
-            raise UsageError(usage) from None
+        except (UsageError, SystemExit) as exc:
+            raise UsageError(f"%tea {cmd}: {exc}; {usage}") from None
         if len(args.runs) != (2 if cmd == "compare" else 1):
             raise UsageError(usage)
         ws = self.workspace
@@ -482,7 +517,7 @@ class TeaMagics(Magics):
     def _evolve(self, tail: str) -> Any:
         """``%tea evolve [--ground-truth X] [--manual|--auto] [--model M] [--quiet] [--held-out TASKS …] TASK`` →
         an EvolutionResult (with ``--held-out``, the promotion gate's flags :data:`~tea_notebook.flags.EVOLVE_GATE`)."""
-        parser = MagicArgumentParser(prog="%tea evolve", add_help=False)
+        parser = TeaParser(prog="%tea evolve", add_help=False)
         parser.add_argument("task", nargs="*")
         parser.add_argument("--ground-truth", dest="ground_truth", help="the expected answer (judged against it)")
         parser.add_argument("--model", help="model for every stage of the loop")
@@ -528,11 +563,12 @@ class TeaMagics(Magics):
         words = _split(tail)
         ws = self.workspace
         if words[:1] == ["list"]:
+            parse("eval list", words[1:])
             rows = [{k: r[k] for k in ("name", "tasks", "correct", "errors")} for r in ws.evaluations()]
             return Listing(rows, "evaluations")
         if words[:1] == ["show"]:
             try:
-                return ws.evaluation(self._arg(words[1:], "NAME"))
+                return ws.evaluation(parse("eval show", words[1:]).name)
             except TeaError as exc:
                 raise UsageError(str(exc)) from None
         from tea_notebook.flags import EVAL_OPTIONS
@@ -541,6 +577,7 @@ class TeaMagics(Magics):
         if len(words) < 2:
             raise UsageError(USAGE["eval"])
         args = magic_parser("eval").parse_args(words)
+        known_agent(ws, args.agent)  # before any task runs
         if args.max_steps is not None:
             checked_steps(args.max_steps, "--max-steps")
         from tea_notebook.eval.runner import evaluate
@@ -568,6 +605,7 @@ class TeaMagics(Magics):
             if sub == "add":
                 return self._mcp_add(words[1:])
             if sub == "list":
+                parse("mcp list", words[1:])
                 rows = [
                     {
                         "server": kit.name,
@@ -588,7 +626,7 @@ class TeaMagics(Magics):
         )
 
     def _mcp_add(self, words: list[str]) -> Any:
-        valued = {"--url", "--env", "--header", "--prefix", "--timeout"}
+        valued = {"--url", "--env", "--header", "--prefix", "--timeout", "--token-env"}
         i = 1  # options come after NAME and before the server's command (which has options of its own)
         while i < len(words) and words[i].startswith("-"):
             if words[i] == "--":
@@ -602,6 +640,7 @@ class TeaMagics(Magics):
         parser.add_argument("--header", action="append", default=[], metavar="K=V", help="HTTP header")
         parser.add_argument("--prefix", help="tool name prefix (default NAME_; '' keeps the server's names)")
         parser.add_argument("--timeout", type=float, default=30.0, help="seconds to connect")
+        parser.add_argument("--token-env", dest="token_env", metavar="NAME", help="bearer token from this variable")
         args = parser.parse_args(words)
         if bool(command) == bool(args.url):
             raise UsageError("%tea mcp add NAME needs a command (stdio) or --url URL (streamable HTTP), not both")
@@ -613,6 +652,12 @@ class TeaMagics(Magics):
                 if not sep or not key:
                     raise UsageError(f"--{label} takes KEY=VALUE, not {item!r}")
                 pairs[label][key] = value
+        if args.token_env:  # 'Authorization: Bearer ${NAME}', read from the environment at every connection
+            from tea_notebook.envs.mcp_client import bearer_reference
+
+            if not args.url or any(k.lower() == "authorization" for k in pairs["header"]):
+                raise UsageError("--token-env goes with --url, instead of an --header Authorization=...")
+            pairs["header"]["Authorization"] = bearer_reference(args.token_env)
         report = self.workspace.tools.import_mcp(
             args.name,
             command or None,
@@ -687,6 +732,7 @@ class TeaMagics(Magics):
         metavar="PERM",
         help="grant a permission for this run only, e.g. kernel.write (repeatable)",
     )
+    @argument("--cells", nargs="?", const="ask", metavar="MODE", help=CELLS_HELP)
     @argument("--out", help="also store the RunResult in this variable")
     @argument("--quiet", action="store_true", help="no live view")
     @argument("--interpolate", action="store_true", help="replace {name} in the task with variables")
@@ -705,10 +751,22 @@ class TeaMagics(Magics):
             raise UsageError("%%agent needs the task in the cell body")
         if args.interpolate:
             task = interpolate(task, self.shell.user_ns)
+        grants = list(args.grant)
+        if args.cells is not None:  # works in this notebook: background, the notebook environment bound
+            grants = checked_grants(args.cells, grants)
+            args.env = cells_envs(args.cells, args.env)
         ws = self.workspace
         options = cell_options(ws, args)
         files = attached_files(args.file)
         agent = agent_for(ws, args.agent, args.kind, options)
+        if args.cells is not None:
+            model = args.model or self.default_model
+            handle = start_in_notebook(
+                self, agent, task, model=model, grants=grants, quiet=args.quiet, files=files, api_base=args.api_base
+            )
+            if args.out:
+                self.shell.user_ns[args.out] = handle
+            return handle
         if args.background:
             handle = self._start(
                 agent, task, args.model or self.default_model, args.quiet, args.grant, files, args.api_base
@@ -842,6 +900,9 @@ def load(ip: Any) -> TeaMagics:
 
     # the JupyterLab TEA sidebar's comm target (in a Jupyter kernel only); it shows the open workspace
     magics.sidebar = register_sidebar(ip, lambda: magics._workspace)
+    from tea_notebook.notebook.cells_comm import register as register_cells
+
+    magics.cells = register_cells(ip)  # the notebook the agent's cells go to (the extension's comm, or the fallback)
     from tea_notebook.notebook.kernel_shutdown import watch_kernel_shutdown
 
     watch_kernel_shutdown(ip)  # a run a restart interrupts says so, not "stopped by the user"

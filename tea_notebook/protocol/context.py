@@ -37,7 +37,7 @@ class Context:
         self.model_options: dict[str, Any] = parent.model_options if parent is not None else {}
         self.is_run = False
         # where notices of this run tree go (a run sets it: they become its events); see notice()
-        self.notices: Callable[[str, dict[str, Any]], None] | None = parent.notices if parent is not None else None
+        self.notices: Callable[[str, dict[str, Any]], Any] | None = parent.notices if parent is not None else None
         self._bound: dict[str, list[str]] = {}
         self._state: dict[str, dict[str, Any]] = {}
         self._ran_ok: set[str] = set()
@@ -123,11 +123,13 @@ class Context:
                 current.clear()
                 current.update(json.loads(json.dumps(state)))
 
-    def notice(self, kind: str, data: dict[str, Any]) -> None:
+    def notice(self, kind: str, data: dict[str, Any]) -> int | None:
         """Tell the run this context belongs to that something happened (an event ``kind`` of the run,
-        e.g. ``egress_refused``); nothing happens outside a run."""
-        if self.notices is not None:
-            self.notices(kind, data)
+        e.g. ``egress_refused``); the step it was filed under, or None (nothing happens outside a run)."""
+        if self.notices is None:
+            return None
+        step = self.notices(kind, data)
+        return step if isinstance(step, int) else None
 
     def close(self) -> None:
         """Unbind everything and drop shared state."""

@@ -13,7 +13,7 @@ from tea_notebook.errors import NotFoundError, RegistryError, SchemaError
 from tea_notebook.protocol.context import Context, ToolContext
 from tea_notebook.protocol.records import ToolkitRecord, ToolRecord
 from tea_notebook.protocol.registry import InvokeResult, Registry, not_found_result
-from tea_notebook.protocol.reserved import reserved_by
+from tea_notebook.protocol.reserved import refused_name
 from tea_notebook.protocol.store_host import StoreHost
 from tea_notebook.protocol.tools import Tool, make_tool, unrebuildable
 
@@ -205,10 +205,15 @@ class ToolRegistry(Registry[ToolRecord]):
         super()._check_relations(record)
         if record.toolkit is not None and not record.toolkit.strip():
             raise RegistryError(f"tool {record.name!r}: toolkit name is empty")
-        owner = reserved_by(record.name) if record.origin == "mcp" else None
-        if owner is not None:  # however it arrives (an import, a manifest): never beside the real action
+        owner = refused_name(record.name, record.entrypoint, record.origin)
+        if owner is not None and record.origin == "mcp":  # however it arrives (an import, a manifest)
             server = (record.metadata.get("mcp") or {}).get("server") or record.toolkit
             raise RegistryError(f"tool {record.name!r} of MCP server {server!r} takes the name of {owner}")
+        if owner is not None:  # a person's tool (%%tool, register, A2T, E2T): never beside the real action
+            raise RegistryError(
+                f"tool {record.name!r} takes the name of {owner} ({record.name!r} is reserved); "
+                "register it under another name (name=...)"
+            )
 
     def _describe_extra(self, record: ToolRecord) -> list[str]:
         props = record.parameters.get("properties", {})

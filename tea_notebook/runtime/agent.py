@@ -24,6 +24,7 @@ from tea_notebook.runtime.cards import (
     loop_kind,
     revised_card,
 )
+from tea_notebook.runtime.cell_modes import cell_grants
 from tea_notebook.runtime.jobs import Runnable, checked_result
 from tea_notebook.runtime.loop import STOP_GRACE as STOP_GRACE
 from tea_notebook.runtime.loop import TODO_SCHEMA as TODO_SCHEMA
@@ -176,6 +177,7 @@ class Agent(Runnable):
         context: Context | None = None,
         max_steps: int | None = None,
         grants: list[str] | tuple[str, ...] = (),
+        cells: str | None = None,
         raise_on_error: bool = True,
         _replay: "ForkPlan | list[StepRecord] | None" = None,
         _fork: tuple[str, int] | None = None,
@@ -187,10 +189,19 @@ class Agent(Runnable):
         ``grants``: permissions for this run only, e.g. ``["kernel.write"]`` lets the kernel
         environment write variables and run code in the user's namespace.
 
+        ``cells``: the approval mode of the ``notebook`` environment (``"ask"``, ``"read"`` or ``"auto"``,
+        see :mod:`tea_notebook.runtime.cell_modes`); the agent must have it (``envs=["notebook"]``).
+
         ``context``: a :meth:`Workspace.context` whose ``cancel`` event stops the run (and its
         sub-agents) cooperatively: ``ctx.cancel.set()`` from another thread or a Stop button.
         """
         steps = self.max_steps if max_steps is None else check_max_steps(max_steps)
+        if cells is not None:
+            if "notebook" not in self.envs:
+                raise ValueError(
+                    f'cells={cells!r} needs the notebook environment: ws.agent({self.name!r}, envs=["notebook"])'
+                )
+            grants = cell_grants(cells, grants)
         if self.tools is not None:
             self.workspace.tools.require(self.tools, f"agent {self.name!r}'s tools")  # before the run exists
         run = self._new_run(task, list(files or []), model, context, steps, _replay, _fork)

@@ -102,6 +102,10 @@ class ContextRecorder:
         self._last: dict[str, tuple[list[list[Any]], list[list[str]], str | None, dict[str, Any]]] = {}
         self._count: dict[str, int] = {}
         self._refs: dict[str, str] = {}  # a part's raw text -> its stored reference
+        # a tool definition offered again (the loop offers the same objects until a registry changes,
+        # and never edits one in place) -> (it, its reference): its JSON is made once, not every step
+        self._tool_refs: dict[int, tuple[dict[str, Any], str]] = {}
+        self._splits: dict[str, list[str]] = {}  # a prompt's piece (a history block) -> its parts
 
     def _ref(self, text: str, kept: dict[str, str]) -> str:
         ref = self._refs.get(text)
@@ -117,17 +121,46 @@ class ContextRecorder:
             self._refs[text] = ref
         return ref
 
+    def _tool_ref(self, tool: dict[str, Any], kept: dict[str, str]) -> str:
+        known = self._tool_refs.get(id(tool))
+        if known is not None and known[0] is tool:
+            return known[1]  # kept already, when first seen (as :meth:`_ref` keeps a part once)
+        ref = self._ref(json.dumps(tool, ensure_ascii=False, sort_keys=True), kept)
+        if len(self._tool_refs) > 1_000:
+            self._tool_refs.clear()
+        self._tool_refs[id(tool)] = (tool, ref)
+        return ref
+
+    def _split(self, text: str, text_pieces: tuple[str, ...] | None) -> list[str]:
+        """:func:`split_text` of ``text``, from the pieces it was built of when they are given (each
+        starts and ends at a cut: see :class:`~tea_notebook.runtime.prompts.Prompt`): the inner
+        pieces, which recur step after step, are split once."""
+        if text_pieces is None or len(text_pieces) < 3 or "".join(text_pieces) != text:
+            return split_text(text)
+        out = split_text(text_pieces[0])
+        for piece in text_pieces[1:-1]:
+            known = self._splits.get(piece)
+            if known is None:
+                if len(self._splits) > 50_000:
+                    self._splits.clear()
+                known = self._splits[piece] = split_text(piece)
+            out.extend(known)
+        out.extend(split_text(text_pieces[-1]))
+        return out
+
     def record(
         self,
         messages: list[dict[str, Any]],
         tools: list[dict[str, Any]] | None = None,
         params: dict[str, Any] | None = None,
         stream: str = "",
+        text_pieces: tuple[str, ...] | None = None,
     ) -> str:
         """The stored form of one request, as compact JSON text (its parts are redacted already; as
         one string, the event's own redaction scans it once instead of walking every reference);
         ``stream`` tells kinds of requests apart (a step's prompt, a memory fold's, a stage's) so
-        that each is an edit of the previous one of its kind."""
+        that each is an edit of the previous one of its kind; ``text_pieces``: the pieces a message's
+        text was built of, if known (it is cut into the same parts, with less work)."""
         kept: dict[str, str] = {}
         parts: list[list[Any]] = []
         shapes: list[list[str]] = []
@@ -142,7 +175,7 @@ class ContextRecorder:
                 continue
             if isinstance(content, str):
                 shapes.append([role, "s"])
-                pieces = [content] if role == "system" else split_text(content)  # a system prompt is one part
+                pieces = [content] if role == "system" else self._split(content, text_pieces)  # system: one part
                 parts.extend([index, self._ref(p, kept)] for p in pieces)
                 continue
             texts = [c for c in content if isinstance(c, dict) and c.get("type") == "text"]
@@ -153,7 +186,7 @@ class ContextRecorder:
                 continue
             shapes.append([role, "l"])  # the text first, then the images (how the agent builds it)
             for text in texts:
-                parts.extend([index, self._ref(p, kept)] for p in split_text(str(text.get("text", ""))))
+                parts.extend([index, self._ref(p, kept)] for p in self._split(str(text.get("text", "")), text_pieces))
                 parts.append([index, "=\x00"])  # end of one text item
             for image in images:
                 url = str((image.get("image_url") or {}).get("url", ""))
@@ -165,7 +198,7 @@ class ContextRecorder:
                     kept.setdefault(digest(url), url)
         toolset = None
         if tools:
-            refs = [self._ref(json.dumps(t, ensure_ascii=False, sort_keys=True), kept) for t in tools]
+            refs = [self._tool_ref(t, kept) for t in tools]
             listing = json.dumps(refs)
             toolset = self._ref(listing, kept) if len(listing) >= INLINE else "=" + listing
         settings = redact(dict(params or {}))

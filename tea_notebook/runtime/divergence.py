@@ -26,6 +26,7 @@ import hashlib
 import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from json.encoder import encode_basestring
 from typing import TYPE_CHECKING, Any, cast
 
 from tea_notebook.redaction import redact
@@ -143,11 +144,75 @@ class RunNames:
         return text
 
 
-def input_hash(messages: list[dict[str, Any]], names: RunNames) -> str:
+#: the JSON form a prompt is hashed in (made once: ``json.dumps`` with options builds an encoder per call)
+_HASHED_JSON = json.JSONEncoder(ensure_ascii=False, sort_keys=True, separators=(",", ":"), default=str)
+_PIECES_KEPT = 4096  # encoded texts a run keeps (its system prompt, its history blocks)
+
+
+def input_hash(
+    messages: list[dict[str, Any]],
+    names: RunNames,
+    pieces: dict[Any, bytes] | None = None,
+    last_text: tuple[str, ...] | None = None,
+) -> str:
     """sha256 of the messages sent to a model, the run's own ids replaced (see :class:`RunNames`): two
-    runs sent the same prompt have the same hash."""
-    text = json.dumps(messages, ensure_ascii=False, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(names.normal(text).encode("utf-8", "surrogatepass")).hexdigest()
+    runs sent the same prompt have the same hash.
+
+    The hash is that of the whole list as compact, key-sorted JSON. It is computed piece by piece (a
+    list's JSON is its items' joined by ``,``; a string's is its characters' escapes; a run id, made
+    of letters and digits, never spans two items or two pieces cut at markup), so ``pieces`` can keep
+    the encoded form of what recurs: a plain ``{role, content}`` message (a run's system prompt), and
+    the pieces ``last_text`` of the last message's text (its history blocks, see
+    :class:`~tea_notebook.runtime.prompts.Prompt`). The same messages hash the same either way."""
+    digest = hashlib.sha256(b"[")
+    last = len(messages) - 1
+    for i, message in enumerate(messages):
+        if i:
+            digest.update(b",")
+        key = _piece_key(message)
+        if key is None or pieces is None:
+            digest.update(names.normal(_HASHED_JSON.encode(message)).encode("utf-8", "surrogatepass"))
+        elif i < last:  # a message that recurs (the system prompt); the last one changes every step
+            digest.update(_kept(pieces, key, _HASHED_JSON.encode, names))
+        elif last_text is not None and len(last_text) > 2 and "".join(last_text) == key[1]:
+            digest.update(b'{"content":"')
+            for n, text in enumerate(last_text):  # the first and last pieces change every step: not kept
+                kept = 0 < n < len(last_text) - 1
+                digest.update(_kept(pieces, text, _escaped, names) if kept else _hashed(_escaped(text), names))
+            digest.update(b'","role":' + _hashed(_HASHED_JSON.encode(key[0]), names) + b"}")
+        else:
+            digest.update(_hashed(_HASHED_JSON.encode(message), names))
+    digest.update(b"]")
+    return digest.hexdigest()
+
+
+def _escaped(text: str) -> str:
+    """``text`` as inside a JSON string (the escapes of its characters, without the quotes)."""
+    return str(encode_basestring(text))[1:-1]
+
+
+def _hashed(json_text: str, names: RunNames) -> bytes:
+    return names.normal(json_text).encode("utf-8", "surrogatepass")
+
+
+def _kept(pieces: dict[Any, bytes], key: Any, encode: Callable[[Any], str], names: RunNames) -> bytes:
+    """The hashed bytes of ``key`` (a message's ``(role, content)`` or a text piece), made once."""
+    piece = pieces.get(key)
+    if piece is None:
+        source = {"role": key[0], "content": key[1]} if isinstance(key, tuple) else key
+        piece = _hashed(encode(source), names)
+        if len(pieces) >= _PIECES_KEPT:
+            pieces.clear()
+        pieces[key] = piece
+    return piece
+
+
+def _piece_key(message: Any) -> tuple[str, str] | None:
+    """``(role, content)`` of a message made of exactly those two texts (None for any other)."""
+    if type(message) is not dict or len(message) != 2:
+        return None
+    role, content = message.get("role"), message.get("content")
+    return (role, content) if type(role) is str and isinstance(content, str) else None
 
 
 def as_stored(text: str) -> str:
@@ -313,6 +378,7 @@ class DivergenceWatch:
         self.found: Divergence | None = None
         self._names: RunNames | None = None
         self._inputs: dict[int, tuple[str, int | None]] = {}
+        self._pieces: dict[Any, bytes] = {}  # encoded messages and texts, see input_hash
         self._original: dict[int, StepFacts] | None = None
         self._original_end = End(0, "running")
 
@@ -323,9 +389,12 @@ class DivergenceWatch:
             self._names = RunNames.of(self.ws, self.run_id, self.source) if self.source else RunNames([self.run_id])
         return self._names
 
-    def input_hash(self, step: int, messages: list[dict[str, Any]], chars: int | None = None) -> str:
-        """The ``input_hash`` of a model call of ``step`` (kept to compare the step when it finishes)."""
-        digest = input_hash(messages, self.names)
+    def input_hash(
+        self, step: int, messages: list[dict[str, Any]], chars: int | None = None, pieces: tuple[str, ...] | None = None
+    ) -> str:
+        """The ``input_hash`` of a model call of ``step`` (kept to compare the step when it finishes);
+        ``pieces``: the last message's text in pieces, when known (see :func:`input_hash`)."""
+        digest = input_hash(messages, self.names, self._pieces, pieces)
         if self.active and self.found is None:
             self._inputs.setdefault(step, (digest, chars))
         return digest

@@ -39,6 +39,9 @@ EventType = Literal[
     "egress_refused",
     "notice",
     "diverged",
+    "cell_proposed",
+    "cell_decided",
+    "cell_ran",
 ]
 """The type of an event."""
 
@@ -73,6 +76,12 @@ DivergenceHow = Literal["model input", "action", "arguments", "observation", "en
 """How a fork first departed from the run it was forked from (a ``diverged`` event): the prompt sent to
 the model differs, the tools called, their arguments, what they returned, one run ended where the other
 went on (or they ended differently), or a CORAL message differs."""
+
+CellProposalKind = Literal["new", "edit", "run"]
+"""What a notebook proposal asks for: a new cell, an edit of an existing cell, or running one as it is."""
+
+CellDecision = Literal["run", "edit_run", "reject"]
+"""How a notebook proposal was decided: run as proposed, run after the person edited it, or rejected."""
 
 StepResult = list[str]
 """One action of a step: ``[name, arguments as JSON, observation]`` (an observation starting
@@ -118,6 +127,8 @@ class RunStartOptions(TypedDict, total=False):
     folder: dict[str, str | None]
     #: what was changed by hand in the stopped run's folder before a forced resume (``added``/``removed``/``changed``)
     folder_by_hand: dict[str, list[str]]
+    #: what a fork or resume of a run that made cell actions says of the notebook (its cells are not rewound)
+    fork_note: str
     coral: bool
     members: list[str]
     budget_seconds: float | None
@@ -147,6 +158,8 @@ class ModelRequestEvent(EventBase):
     stage: NotRequired[str]
     #: sha256 of the messages sent, the run's own id (and its run folder's) replaced by a placeholder
     input_hash: NotRequired[str]
+    #: the tool protocol of this call: ``native`` (tools sent) or ``json`` (the paper's JSON action list)
+    tool_mode: NotRequired[Literal["native", "json"]]
 
 
 class ToolCallData(TypedDict):
@@ -329,13 +342,18 @@ class ThreadEvent(EventBase):
 
 
 class EgressRefusedEvent(EventBase):
-    """The egress policy refused a destination a tool or environment of the run tried to reach."""
+    """The egress policy refused a destination a tool or environment of the run tried to reach.
+    ``count``: how many refusals of this rule and host in the step the event stands for, when more
+    than one (past the first few of a step, refusals are counted, not stored one by one; ``host``
+    ``"*"``: refusals to hosts past the step's first few, counted by rule); see
+    :mod:`tea_notebook.runtime.refusals`."""
 
     url: str
     host: str
     port: int
     rule: str
     reason: str
+    count: NotRequired[int]
 
 
 class NoticeEvent(EventBase):
@@ -354,6 +372,45 @@ class DivergedEvent(EventBase):
     how: DivergenceHow
     original: str
     replay: str
+
+
+class CellProposedEvent(EventBase):
+    """The agent proposed a notebook cell (``kind``): a new one below ``after`` (None: the end), an edit
+    of ``cell_id`` (``base_hash``: sha256 of the source it read, ``diff`` against it) or running it;
+    ``mode``: the run's approval mode (``ask``, ``read``, ``auto``)."""
+
+    proposal: str
+    kind: CellProposalKind
+    cell_id: str | None
+    after: str | None
+    code: str
+    base_hash: str | None
+    diff: str
+    explanation: str
+    mode: str
+
+
+class CellDecidedEvent(EventBase):
+    """A notebook proposal was decided, ``by`` the person or ``auto`` (the mode); ``code``: what runs
+    (the person's edit included); ``grant``: this approval gave the run the right to run cells."""
+
+    proposal: str
+    decision: CellDecision
+    code: str
+    by: Literal["person", "auto"]
+    grant: bool
+    note: NotRequired[str]
+
+
+class CellRanEvent(EventBase):
+    """An approved notebook cell ran: its outputs as text (clipped as the model saw them) and its error."""
+
+    proposal: str
+    cell_id: str | None
+    ok: bool
+    execution_count: int | None
+    outputs: str
+    error: dict[str, str] | None
 
 
 EVENT_DATA: dict[str, type] = {
@@ -375,6 +432,9 @@ EVENT_DATA: dict[str, type] = {
     "egress_refused": EgressRefusedEvent,
     "notice": NoticeEvent,
     "diverged": DivergedEvent,
+    "cell_proposed": CellProposedEvent,
+    "cell_decided": CellDecidedEvent,
+    "cell_ran": CellRanEvent,
 }
 """Each event type's ``TypedDict``."""
 
@@ -397,5 +457,8 @@ EventData = Union[
     EgressRefusedEvent,
     NoticeEvent,
     DivergedEvent,
+    CellProposedEvent,
+    CellDecidedEvent,
+    CellRanEvent,
 ]
 """The data of any event."""

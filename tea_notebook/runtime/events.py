@@ -10,6 +10,7 @@ in the store (:meth:`EventLog.full_text` gets it back).
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import threading
@@ -25,7 +26,7 @@ from tea_notebook.store.blobs import FIELD_LIMIT, blob_ref, build, clip_value, d
 from tea_notebook.store.database import new_id
 
 if TYPE_CHECKING:
-    from tea_notebook.store.database import Database
+    from tea_notebook.store.database import Database, IntentJournal
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +71,8 @@ class EventLog:
         self._pending: list[tuple] = []
         self._pending_blobs: dict[str, str | tuple[int, list]] = {}
         self._recent: OrderedDict[str, str] = OrderedDict()
+        self._intents: IntentJournal | None = None  # opened at the first make_durable
+        self._journaled: tuple[int, int] = (0, 0)  # pending rows and texts in the journal already
 
     def new_id(self) -> str:
         """A fresh, sortable-enough unique id."""
@@ -149,6 +152,29 @@ class EventLog:
             uses = [(kind, use) for kind, use in uses or () if use]
             if rows or blobs or uses:
                 self._db.append_events(rows, blobs, uses)
+            if self._journaled != (0, 0) and self._intents is not None:
+                self._intents.clear()
+            self._journaled = (0, 0)
+
+    def make_durable(self) -> None:
+        """Make the pending events survive this process being killed from now on, without
+        committing them: they are appended to the workspace's intent journal (one ``write``,
+        :class:`~tea_notebook.store.database.IntentJournal`) and committed with the next
+        :meth:`flush`. What an agent step did before a tool acts is made durable so. When the journal
+        cannot be written (a read-only or full disk) they are committed instead."""
+        try:
+            with self._lock:
+                done_rows, done_blobs = self._journaled
+                if done_rows == len(self._pending) and done_blobs == len(self._pending_blobs):
+                    return
+                if self._intents is None:
+                    self._intents = self._db.intent_journal()
+                blobs = dict(itertools.islice(self._pending_blobs.items(), done_blobs, None))
+                self._intents.append(self._pending[done_rows:], blobs)
+                self._journaled = (len(self._pending), len(self._pending_blobs))
+        except OSError as exc:
+            log.warning("the intent journal could not be written (%s): the events are committed now", exc)
+            self.flush()
 
     def subscribe(self, callback: Callable[[Event], None], run_id: str | None = None) -> Callable[[], None]:
         """Call ``callback(event)`` for every new event (of one run tree, or all). Returns an unsubscribe."""

@@ -138,6 +138,8 @@ class ForkPlan:
     recording: "Recording | None" = None
     #: a resume's run folder (as the stop left it, or as it is when forced); None: the source's at the step
     folder: "FolderStart | None" = None
+    #: what the new run's view says of its start besides the fork point (a notebook's cells are not rewound)
+    fork_note: str = ""
 
     @classmethod
     def of_steps(cls, steps: list[StepRecord]) -> "ForkPlan":
@@ -168,6 +170,8 @@ class ForkPlan:
             out["replay"] = self.replay.as_dict()
         if self.folder is not None:
             out.update(self.folder.started())
+        if self.fork_note:
+            out["fork_note"] = self.fork_note
         return out
 
 

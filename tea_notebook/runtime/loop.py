@@ -15,14 +15,22 @@ import asyncio
 import base64
 import concurrent.futures
 import json
-import sys
+import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tea_notebook.errors import TeaError
-from tea_notebook.models.client import DEMO_MODEL, ModelError, ModelReply, ToolCall, is_offline, takes_images
+from tea_notebook.models.client import (
+    DEMO_MODEL,
+    ModelError,
+    ModelReply,
+    ToolCall,
+    is_offline,
+    litellm_ready,
+    takes_images,
+)
 from tea_notebook.protocol.context import Context
 from tea_notebook.runtime.action_tally import INVALID_CALL, ActionTally
 from tea_notebook.runtime.divergence import DivergenceWatch
@@ -38,7 +46,7 @@ from tea_notebook.runtime.event_types import (
 )
 from tea_notebook.runtime.folder_snapshots import FolderSnapshots, manifest, restore
 from tea_notebook.runtime.forking import ForkPlan, StepOverride
-from tea_notebook.runtime.prompts import DONE_TOOL, build_messages
+from tea_notebook.runtime.prompts import DONE_TOOL, Prompt, build_prompt
 from tea_notebook.runtime.records import RunResult, StepRecord
 from tea_notebook.runtime.replay_policy import Answer as ReplayAnswer
 from tea_notebook.runtime.replay_policy import answer as replay_answer
@@ -50,6 +58,9 @@ from tea_notebook.runtime.todo import TodoList
 
 if TYPE_CHECKING:
     from tea_notebook.runtime.agent import Agent
+    from tea_notebook.runtime.memory import MemoryStore
+
+log = logging.getLogger(__name__)
 
 TODO_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -87,6 +98,9 @@ TODO_TOOL = {
         "parameters": TODO_SCHEMA,
     },
 }
+#: a tool still running this long (s) after its ``tool_call`` has the step's events so far committed
+#: (they were made durable in the intent journal before it started; see ``_durable_before_tool``)
+COMMIT_SLOW_TOOL = 0.05
 #: the :meth:`Context.state` scope where a fork leaves the sub-agent forks its delegated calls continue
 SUBFORKS = "tea.subforks"
 
@@ -185,6 +199,10 @@ class AgentRun(StoppableRun):
             self.tally.replayed(replayed.results)
         self.start_stopping()
         self.native = self._native()
+        #: the tool protocol a notice last said this run uses ("": none said; see :meth:`_say_tool_mode`)
+        self.tool_mode_said = ""
+        #: the server answered with native tool calls in this run (see :meth:`_follow_server`)
+        self.tools_answered = False
         #: the named tools' offer: ``(key, tools, sub-agent tools, precondition tools, which of them had
         #: succeeded)`` (see :meth:`_offered`)
         self._offer_cache: tuple[tuple, list[dict[str, Any]], set[str], tuple[str, ...], tuple[bool, ...]] | None = None
@@ -192,20 +210,51 @@ class AgentRun(StoppableRun):
         #: hashes each model input; a fork's compares its steps with the original's (see runtime.divergence;
         #: a CORAL member's fork is compared by its team, message by message)
         self.divergence = DivergenceWatch(self.ws, self.run_id, fork if self.fork_unit else None, self.plan)
+        #: the prompt :meth:`_messages` built last (its pieces spare the stored context and the hash work)
+        self._prompt: Prompt | None = None
+        #: the embeddings of this run's memory folds, on a thread (see :meth:`_embed_memory`)
+        self._embedding: list[concurrent.futures.Future] = []
 
     def _native(self) -> bool:
         if self.agent.tool_mode != "auto":
             return self.agent.tool_mode == "native"
         if is_offline(self.model):
             return True
-        if "litellm" not in sys.modules:
+        if not litellm_ready():
             return False  # decided again in execute(), once litellm is imported off the event loop
-        try:
-            from tea_notebook.models.client import import_litellm
+        from tea_notebook.models.client import function_calling
 
-            return bool(import_litellm().supports_function_calling(model=self.model))
-        except Exception:  # noqa: BLE001 - unknown model: the JSON protocol works everywhere
-            return False
+        # a model litellm does not know (every local server's) is sent tools on trial (see _call_model)
+        return function_calling(self.model) is not False
+
+    def _tools_on_trial(self) -> bool:
+        """Native tools are sent on trial (``tool_mode="auto"`` and a model litellm does not know): a
+        server that refuses them gets the JSON protocol for the rest of the run."""
+        from tea_notebook.models.client import function_calling
+
+        auto = self.agent.tool_mode == "auto" and not is_offline(self.model) and litellm_ready()
+        return auto and function_calling(self.model) is None
+
+    def _follow_server(self, reply: ModelReply, step: int) -> None:
+        """``tool_mode="auto"`` follows what the server does: native tool calls in a JSON-protocol reply
+        are used (and tools sent from then on); a reply without any, while tools are sent on trial and
+        none came yet, switches the run to the JSON protocol (the reply is read as one)."""
+        if self.agent.tool_mode != "auto":
+            return
+        if reply.tool_calls:
+            self.tools_answered = True
+            if not self.native:
+                self.native = True
+                self._say_tool_mode(step, "tool_mode auto: the server answers with native tool calls: they are used")
+        elif self.native and not self.tools_answered and self._tools_on_trial():
+            self.native = False
+            said = "tool_mode auto: the server answered without native tool calls"
+            self._say_tool_mode(step, f"{said}; the JSON tool protocol is used for the rest of this run")
+
+    def _say_tool_mode(self, step: int, message: str) -> None:
+        """Say in the run's view (a ``notice``) which tool protocol the run uses from now on, and why."""
+        self.tool_mode_said = "native" if self.native else "json"
+        self.emit("notice", NoticeEvent(message=message), step)
 
     # -- the loop -------------------------------------------------------------------------
     async def execute(self) -> RunResult:
@@ -270,9 +319,14 @@ class AgentRun(StoppableRun):
             thoughts, calls = dict(override.thoughts), list(override.calls)
         else:
             reply = await self._call_model(step, tools, override.messages if override is not None else None)
+            self._follow_server(reply, step)
             try:
                 thoughts, calls = read_reply(reply, self.native)
             except MalformedReply as exc:
+                if reply.tool_calls and not self.native:  # tool_mode="json" against a server that calls natively
+                    names = ", ".join(c.name for c in reply.tool_calls[:3])
+                    hint = f'the reply carried native tool calls ({names}): use tool_mode="native"'
+                    return record, [], f"{exc} ({hint})"
                 return record, [], str(exc)
         record.take_thoughts(thoughts)
         return record, calls, self._check(calls, {t["function"]["name"] for t in tools})
@@ -345,7 +399,7 @@ class AgentRun(StoppableRun):
     # -- starting and ending ----------------------------------------------------------------
     async def _begin(self) -> None:
         """Record the start (and a fork's replayed steps), importing litellm first when needed."""
-        first_hosted = self.agent.tool_mode == "auto" and not is_offline(self.model) and "litellm" not in sys.modules
+        first_hosted = self.agent.tool_mode == "auto" and not is_offline(self.model) and not litellm_ready()
         self.start(
             fork=self.fork,
             files=self.files,
@@ -439,12 +493,15 @@ class AgentRun(StoppableRun):
     async def _import_litellm(self) -> None:
         """The first hosted model call of a kernel imports litellm (seconds, once): off the shared
         loop, and said in the run's view while it lasts (a ``notice`` event), then how long it took."""
-        from tea_notebook.models.client import import_litellm
+        from tea_notebook.models.client import import_litellm_off_loop
 
         starting = "importing litellm for the first hosted model call (a few seconds, once)"
         self.emit("notice", NoticeEvent(message=starting))
         started = time.perf_counter()
-        await asyncio.to_thread(import_litellm)
+        try:
+            await self._cancellable(import_litellm_off_loop())
+        except RunInterrupted:  # a stop does not wait for the import (it ends in the background)
+            return  # the loop's first stop check ends the run
         self.native = self._native()
         seconds = time.perf_counter() - started
         done = f"litellm imported in {seconds:.1f} s (once per kernel)" if seconds >= 1 else ""
@@ -473,7 +530,21 @@ class AgentRun(StoppableRun):
 
             submit(self.ws.envs.arelease(self.run_id))
 
+    def _embed_memory(self, store: MemoryStore) -> None:
+        """Embed the fold just kept on a thread while the run goes on (an embedding takes milliseconds
+        to seconds); :meth:`_close` waits for it. Not awaited: runs that take turns on the event loop
+        (a CORAL team's members) interleave the same way whatever the embedding's pace."""
+        from tea_notebook._threads import ACTION_THREADS
+
+        self._embedding.append(ACTION_THREADS.submit(store.registry, 1, "memory embedding", store.embed_kept))
+
     def _close(self, ending: Ending) -> RunResult:
+        for job in self._embedding:  # the run's folds are searchable once it has ended
+            try:
+                job.result()
+            except Exception as exc:  # noqa: BLE001 - the fold is kept; the next recall embeds it
+                log.warning("a memory fold of run %s was kept without its vectors: %s", self.run_id, exc)
+        self._embedding.clear()
         error, files = ending.error, ending.files or []
         status = ending.status
         self.divergence.run_ended(self, status, self.last_step)
@@ -523,7 +594,9 @@ class AgentRun(StoppableRun):
             self.steps = self.steps[len(live) :]
             self.summaries.append(summary)
             self.insights = [i for i in self.insights if i not in insights] + insights
-            self.ws.memory_store.save(self.run_id, self.task, summary, insights)
+            store = self.ws.memory_store
+            store.keep(self.run_id, self.task, summary, insights)  # durable before the run goes on
+            self._embed_memory(store)
             folded = [s.number for s in live]
             fold = MemoryWrittenEvent(summary=summary, insights=insights, folded_steps=folded)
             self.emit("memory_written", fold, step)
@@ -656,8 +729,8 @@ class AgentRun(StoppableRun):
         return None
 
     def _messages(self, step: int, tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """The prompt of one step."""
-        return build_messages(
+        """The prompt of one step (its user text's pieces kept for :meth:`_call_model`)."""
+        self._prompt = build_prompt(
             task=self.task,
             files=self.files,
             step=step,
@@ -673,6 +746,7 @@ class AgentRun(StoppableRun):
             system_prompt=self.agent.system_prompt,
             final_tool=next(iter(self._controls()), ""),
         )
+        return self._prompt.messages
 
     def _environment_tools(self) -> list[str]:
         """The tools of every bound environment (lifted by E2T into a toolkit on first use)."""
@@ -708,17 +782,34 @@ class AgentRun(StoppableRun):
     async def _call_model(
         self, step: int, tools: list[dict[str, Any]], messages: list[dict[str, Any]] | None = None
     ) -> ModelReply:
+        from tea_notebook.models.client import ToolsRejected
+
+        given = messages
         messages = self._messages(step, tools) if messages is None else messages
         client = self.agent.client
         chars = sum(map(_content_chars, messages))
         offered = tools if self.native else None
-        context = self.contexts.record(messages, offered, {"model": self.model, **client.params})
+        # the user text's pieces, when this prompt is the one _messages built (a hook may build its own)
+        pieces = self._prompt.pieces if self._prompt is not None and self._prompt.messages is messages else None
+        context = self.contexts.record(messages, offered, {"model": self.model, **client.params}, text_pieces=pieces)
         request = self.request_event(client, self.model, messages=len(messages), prompt_chars=chars, context=context)
-        request["input_hash"] = self.divergence.input_hash(step, messages, chars)
+        request["input_hash"] = self.divergence.input_hash(step, messages, chars, pieces)
+        request["tool_mode"] = "native" if self.native else "json"
+        trial = self.native and self._tools_on_trial()
+        if trial and not self.tool_mode_said:
+            unknown = f"tool_mode auto: litellm does not know {self.model!r}"
+            self._say_tool_mode(step, f"{unknown}; native tools are sent (JSON if the server refuses them)")
         self.emit("model_request", request, step)
-        reply: ModelReply = await self._cancellable(
-            client.complete(self.model, messages, tools if self.native else None, defaults=self.model_defaults())
-        )
+        try:
+            reply: ModelReply = await self._cancellable(
+                client.complete(self.model, messages, tools if self.native else None, defaults=self.model_defaults())
+            )
+        except ToolsRejected as exc:
+            if not trial:
+                raise
+            self.native = False  # for the rest of the run: asked again in the JSON protocol
+            self._say_tool_mode(step, f"tool_mode auto: {exc}; the JSON tool protocol is used for the rest of this run")
+            return await self._call_model(step, tools, given)
         self.count(reply)
         response = ModelResponseEvent(
             model=self.model,
@@ -763,11 +854,12 @@ class AgentRun(StoppableRun):
         if decided is not None:
             called["policy"] = decided.policy
         self.emit("tool_call", called, step)
-        # what the step did so far is durable before a tool acts: a run resumed after a crash
-        # repeats no call that returned (nor the model call that chose them)
-        self.events.flush()
+        committing = self._durable_before_tool()
         started = time.perf_counter()
-        obs, ok, err, returned = await self._invoke(call, step)
+        try:
+            obs, ok, err, returned = await self._invoke(call, step)
+        finally:
+            committing.cancel()
         self.tally.ran(call.name, ok, err)
         if ok:
             self.unrecovered.clear()
@@ -782,6 +874,15 @@ class AgentRun(StoppableRun):
             result["policy"] = decided.policy
         self.emit("tool_result", result, step)
         return obs, ok, err
+
+    def _durable_before_tool(self) -> asyncio.TimerHandle:
+        """Make what the step did so far durable before a tool acts, so a run resumed after a crash
+        repeats no call that returned (nor the model call that chose them): appended to the intent
+        journal (one write), committed with the step. A tool still running after
+        :data:`COMMIT_SLOW_TOOL` seconds has them committed then, for readers in other processes
+        (the returned timer; cancel it when the tool returns)."""
+        self.events.make_durable()
+        return asyncio.get_running_loop().call_later(COMMIT_SLOW_TOOL, self.events.flush)
 
     def _answered_by_policy(self, call: ToolCall, answer: ReplayAnswer, step: int) -> tuple[str, bool, str | None]:
         """A call the fork's replay policy answers without running it: the original run's stored
@@ -835,17 +936,21 @@ class AgentRun(StoppableRun):
         if call.name not in self.agent_tools:
             jobs = self.thread_jobs[call.id] = []
         token = THREAD_JOBS.set(jobs)
+        cancelled = False
         try:
-            result = await asyncio.wait_for(
-                self.ws.tools.ainvoke(call.name, call.arguments, self.ctx), self.agent.tool_timeout
-            )
+            async with asyncio.timeout(self.agent.tool_timeout):  # in this task: wait_for would start another
+                result = await self.ws.tools.ainvoke(call.name, call.arguments, self.ctx)
             obs, ok = result.to_observation(), result.ok
             err = None if result.ok else (result.error or {}).get("type")
         except asyncio.TimeoutError:
             obs, ok, err = f"Error: {call.name} timed out after {self.agent.tool_timeout:g}s", False, "Timeout"
+        except asyncio.CancelledError:
+            cancelled = True  # still in flight: the cancelled wait (StoppableRun._cancellable) reports it
+            raise
         finally:
             THREAD_JOBS.reset(token)
-            self.in_flight.pop(call.id, None)
+            if not cancelled:
+                self.in_flight.pop(call.id, None)
         self.thread_jobs.pop(call.id, None)
         if not self.ctx.cancel.is_set() or call.id in self.reported_stops:
             return obs, ok, err, None

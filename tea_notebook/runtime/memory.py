@@ -4,8 +4,10 @@ the workspace and retrieved into later runs by similarity to their task."""
 from __future__ import annotations
 
 import json
+import logging
 from typing import TYPE_CHECKING, Any, Protocol
 
+from tea_notebook.errors import EmbeddingError
 from tea_notebook.models.client import is_offline
 from tea_notebook.redaction import redact
 from tea_notebook.runtime.steps import StepRecord
@@ -14,6 +16,8 @@ from tea_notebook.store.blobs import shorten
 if TYPE_CHECKING:
     from tea_notebook.models.client import ModelClient
     from tea_notebook.protocol.registry import Registry
+
+log = logging.getLogger(__name__)
 
 
 class _ClientHolder(Protocol):
@@ -105,15 +109,27 @@ async def merge_summaries(run: FoldingRun, summaries: list[str], budget_tokens: 
 
 
 class MemoryStore:
-    """Summaries and insights as searchable records (the ``memory`` registry of a workspace)."""
+    """Summaries and insights as searchable records (the ``memory`` registry of a workspace).
+
+    Each text is embedded once, when it is saved: its vector is kept in the workspace (the registry's
+    vector cache and index), so a later run's :meth:`recall` costs one query embedding and a search,
+    however much earlier runs kept. Texts saved before that (or whose embedding failed) are embedded
+    once, by the first recall or save that finds them, and kept."""
 
     def __init__(self, registry: "Registry[Any]"):
         self.registry = registry
         self._next: dict[str, int] = {}  # run id -> number of its next record (saves a scan per fold)
 
     def save(self, run_id: str, task: str, summary: str, insights: list[str]) -> None:
-        """Keep a fold of one run: secrets redacted, each text cut to ``FIELD_LIMIT`` characters
-        (the run's ``memory_written`` event keeps the full text)."""
+        """Keep a fold of one run (:meth:`keep`) and embed its texts now (:meth:`embed_kept`)."""
+        self.keep(run_id, task, summary, insights)
+        self.embed_kept()
+
+    def keep(self, run_id: str, task: str, summary: str, insights: list[str]) -> None:
+        """Keep a fold of one run in the store, not yet embedded: secrets redacted, each text cut to
+        ``FIELD_LIMIT`` characters (the run's ``memory_written`` event keeps the full text). The
+        agent loop calls :meth:`embed_kept` next, off its event loop (an embedding can take
+        milliseconds to seconds)."""
         from tea_notebook.protocol.records import MemoryRecord
 
         task, summary, *insights = (shorten(text) for text in redact([task, summary, *insights]))
@@ -130,8 +146,16 @@ class MemoryStore:
         )
         self._next[run_id] = start + len(items)
 
+    def embed_kept(self) -> None:
+        """Embed and index the texts kept and not yet embedded, once (safe from any thread: the
+        registry and the store lock themselves). An embedder that fails leaves them for the next recall."""
+        try:
+            self.registry.index()
+        except EmbeddingError as exc:  # the fold is kept; the next recall embeds what is missing
+            log.warning("memory kept without its vectors (the next recall embeds them): %s", exc)
+
     def recall(self, task: str, k: int = 3, min_score: float = 0.45) -> list[str]:
-        """Summaries and insights of earlier runs that are similar to ``task``."""
+        """Summaries and insights of earlier runs that are similar to ``task`` (one embedding: the task's)."""
         if len(self.registry) == 0:
             return []
         hits = self.registry.search(task, k=k, mode="semantic")

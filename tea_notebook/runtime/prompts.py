@@ -8,6 +8,7 @@ user message with ``<agent_state>`` (step info, task, history, todo), ``<environ
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from tea_notebook.runtime.steps import StepRecord
@@ -66,7 +67,24 @@ def tool_line(tool: dict[str, Any]) -> str:
     )
 
 
-def build_messages(
+@dataclass(frozen=True)
+class Prompt:
+    """One step's prompt: the ``messages`` sent, and the user message's text as ``pieces`` whose
+    concatenation it is: the part before the history blocks, each block (the same text object step
+    after step: :meth:`StepRecord.render` caches it), the new lines between them, and the rest. The
+    pieces start and end where :func:`~tea_notebook.runtime.contexts.split_text` cuts, so what is done
+    to each piece once (the stored context's parts, the hash's JSON) is not done again every step."""
+
+    messages: list[dict[str, Any]]
+    pieces: tuple[str, ...]
+
+
+def build_messages(**kwargs: Any) -> list[dict[str, Any]]:
+    """System + user messages for one step (:func:`build_prompt`'s messages)."""
+    return build_prompt(**kwargs).messages
+
+
+def build_prompt(
     *,
     task: str,
     files: list[str],
@@ -82,10 +100,10 @@ def build_messages(
     native: bool,
     system_prompt: str | None = None,
     final_tool: str = "done",
-) -> list[dict[str, Any]]:
-    """System + user messages for one step; environment screenshots (``image`` data URLs) are
-    attached to the user message as image parts. ``final_tool``: what the last allowed step must
-    call ("" when the agent has no such tool)."""
+) -> Prompt:
+    """System + user messages for one step, and the user text's pieces (see :class:`Prompt`);
+    environment screenshots (``image`` data URLs) are attached to the user message as image parts.
+    ``final_tool``: what the last allowed step must call ("" when the agent has no such tool)."""
     env_rules = "\n".join(
         f'<environment name="{e["name"]}"><interaction>{e.get("rules", "")}</interaction></environment>'
         for e in environments
@@ -96,7 +114,8 @@ def build_messages(
     step_info = f"Step {step} of {max_steps} max possible steps"
     if step >= max_steps:
         step_info += ". This is the FINAL allowed step" + (f": call '{final_tool}' now." if final_tool else ".")
-    history = "\n".join(s.render() for s in steps) or "(no steps yet)"
+    blocks = [s.render() for s in steps]
+    history = "\n".join(blocks) or "(no steps yet)"
     if summaries:
         history += "\n<summaries>\n" + "\n".join(f"- {s}" for s in summaries) + "\n</summaries>"
     if insights:
@@ -109,14 +128,23 @@ def build_messages(
     )
     task_text = task + (("\nAttached files (absolute paths): " + ", ".join(files)) if files else "")
     actions = "(offered as callable tools)" if native else "\n".join(tool_line(t) for t in tools)
-    user = (
-        f"<agent_state><step_info>{step_info}</step_info><task>{task_text}</task>\n"
-        f"<agent_history>\n{history}\n</agent_history>\n<todo_contents>{todo or '(empty)'}</todo_contents></agent_state>\n"
+    head = f"<agent_state><step_info>{step_info}</step_info><task>{task_text}</task>\n<agent_history>\n"
+    tail = (
+        f"\n</agent_history>\n<todo_contents>{todo or '(empty)'}</todo_contents></agent_state>\n"
         f"<environment_state>{env_state or '(none bound)'}</environment_state>\n"
         f"<tool_state><available_actions>{actions}</available_actions></tool_state>"
     )
+    tail = history[len("\n".join(blocks)) :] + tail  # the memory folds (or "(no steps yet)") go with the rest
+    pieces = [head]
+    for i, block in enumerate(blocks):
+        pieces += [block] if i == 0 else ["\n", block]
+    pieces.append(tail)
+    user = "".join(pieces)
+    if not blocks:  # the history is not cut off its heading then: one piece
+        pieces = [user]
+    system_message = {"role": "system", "content": system}
     images = [e["image"] for e in environments if e.get("image")]
     if images:
         parts = [{"type": "text", "text": user}] + [{"type": "image_url", "image_url": {"url": u}} for u in images]
-        return [{"role": "system", "content": system}, {"role": "user", "content": parts}]
-    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+        return Prompt([system_message, {"role": "user", "content": parts}], tuple(pieces))
+    return Prompt([system_message, {"role": "user", "content": user}], tuple(pieces))

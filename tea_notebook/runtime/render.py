@@ -567,6 +567,8 @@ def trajectory_html(traj: "Trajectory", nested: bool = False) -> str:
         where = f" in {edit['agent']}'s run" if edit and edit.get("agent") else ""
         what = f"; edited: {esc_str(edit.get('kind'))}{esc_str(where)}" if edit else ""
         body.append(f"<div class='muted'>{esc_str(traj.lineage())}{what}</div>")
+        if traj.fork_note:
+            body.append(f"<div class='muted'>{esc_str(traj.fork_note)}</div>")
     if traj.stages:
         body.append(staged_steps_html(traj.stages, traj.steps))
     else:

@@ -12,7 +12,7 @@ import asyncio
 import json
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping, overload
+from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping, cast, overload
 
 from typing_extensions import Unpack
 
@@ -21,6 +21,9 @@ from tea_notebook.models.client import ModelClient, ModelReply, display_name, re
 from tea_notebook.protocol.context import Context
 from tea_notebook.redaction import redact
 from tea_notebook.runtime.event_types import (
+    CellDecidedEvent,
+    CellProposedEvent,
+    CellRanEvent,
     DivergedEvent,
     EgressRefusedEvent,
     ErrorEvent,
@@ -43,6 +46,7 @@ from tea_notebook.runtime.event_types import (
     ToolResultEvent,
     ToolReusedEvent,
 )
+from tea_notebook.runtime.refusals import RefusalTally
 from tea_notebook.runtime.stop_reason import stop_reason
 
 if TYPE_CHECKING:
@@ -69,6 +73,9 @@ class RunLog:
         self.ctx = Context(self.run_id, parent=parent)
         self.ctx.is_run = True
         self.ctx.notices = self.notice  # what this run's environments report (egress refusals) are its events
+        self.refusals = RefusalTally(
+            lambda data, step: self.emit("egress_refused", cast(EgressRefusedEvent, data), step)
+        )
         # a caller's plain context (a notebook cell's) lends only its stop signal: this run is the
         # root of its own tree, with its own grants, sessions and run folder; a calling run is the parent
         self.parent_run = parent.id if parent is not None and getattr(parent, "is_run", False) else None
@@ -253,6 +260,33 @@ class RunLog:
         uses: Uses | None = ...,
         durable: bool | None = ...,
     ) -> None: ...
+    @overload
+    def emit(
+        self,
+        type_: Literal["cell_proposed"],
+        data: CellProposedEvent,
+        step: int | None = ...,
+        uses: Uses | None = ...,
+        durable: bool | None = ...,
+    ) -> None: ...
+    @overload
+    def emit(
+        self,
+        type_: Literal["cell_decided"],
+        data: CellDecidedEvent,
+        step: int | None = ...,
+        uses: Uses | None = ...,
+        durable: bool | None = ...,
+    ) -> None: ...
+    @overload
+    def emit(
+        self,
+        type_: Literal["cell_ran"],
+        data: CellRanEvent,
+        step: int | None = ...,
+        uses: Uses | None = ...,
+        durable: bool | None = ...,
+    ) -> None: ...
     def emit(
         self,
         type_: EventType,
@@ -264,16 +298,23 @@ class RunLog:
         """One event of this run: ``data`` is the type's ``TypedDict`` (the overloads pair them);
         ``uses``: invocation counts written in the same transaction; ``durable``: written at once,
         by default for the types in :data:`DURABLE`."""
+        if self.refusals.pending and type_ != "egress_refused":  # counted refusals go before what follows
+            self.refusals.flush()
         payload = {"root_run": self.ctx.root, "agent": self.agent_name, **(data or {})}
         flush = type_ in DURABLE if durable is None else durable
         self.events.emit(self.run_id, type_, payload, parent_id=self.parent_run, step=step, flush=flush, uses=uses)
 
-    def notice(self, kind: str, data: dict[str, Any]) -> None:
+    def notice(self, kind: str, data: dict[str, Any]) -> int:
         """An event reported by an environment or a network action of this run (any thread), filed
-        under the step in progress."""
+        under the step in progress; returns that step's number."""
         done = getattr(self, "steps", 0)
+        step = (len(done) if isinstance(done, list) else int(done)) + 1
+        if kind == "egress_refused":  # bounded per step: the first few in full, the rest counted
+            self.refusals.add(data, step)
+            return step
         emit: Callable[..., None] = self.emit  # the type is named at run time (EventLog.emit checks it)
-        emit(kind, data, (len(done) if isinstance(done, list) else int(done)) + 1)
+        emit(kind, data, step)
+        return step
 
     def attach(self, files: list[str]) -> list[str]:
         """Absolute paths of ``files``; at the root of a run tree (a person's call) they become the

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
 import time
 from typing import TYPE_CHECKING, Any, Awaitable
 
@@ -21,6 +22,56 @@ if TYPE_CHECKING:
 
 #: seconds a stopped run waits for the tools it was running to end (synchronous ones cannot be killed)
 STOP_GRACE = 1.0
+#: seconds between two looks at a run's stop signal while it waits for a model or a tool
+STOP_POLL = 0.05
+
+
+class _StopWatch:
+    """Cancels ``task`` when ``run``'s stop signal is set, looking every :data:`STOP_POLL` seconds
+    (one timer, re-armed; no task per wait). Before cancelling it notes the calls in flight and their
+    thread jobs (the cancellation unwinds them). Only the innermost watch of a task acts."""
+
+    __slots__ = ("run", "task", "outer", "nested", "fired", "running", "jobs", "handle")
+
+    def __init__(self, run: "StoppableRun", task: "asyncio.Task[Any]", outer: "_StopWatch | None"):
+        self.run, self.task = run, task
+        self.nested: int = 0  # watches of the same task inside this one
+        self.outer = outer if outer is not None and outer.task is task else None
+        if self.outer is not None:
+            self.outer.nested += 1
+        self.fired = False
+        self.running: dict[str, tuple[str, int]] = {}
+        self.jobs: list[concurrent.futures.Future] = []
+        self.handle = asyncio.get_running_loop().call_later(STOP_POLL, self._look)
+
+    def _look(self) -> None:
+        run = self.run
+        if self.nested or not run.ctx.cancel.is_set():
+            self.handle = asyncio.get_running_loop().call_later(STOP_POLL, self._look)
+            return
+        run.stopped_at = run.stopped_at or time.time()
+        self.running = dict(run.in_flight)
+        self.jobs = [j for call_id in self.running for j in run.thread_jobs.get(call_id, [])]
+        self.fired = True
+        self.task.cancel()
+
+    def close(self) -> None:
+        """Stop watching."""
+        self.handle.cancel()
+        if self.outer is not None:
+            self.outer.nested -= 1
+
+
+def _drop(aw: Awaitable[Any]) -> None:
+    """Cancel what was never awaited: nothing of a coroutine runs (and no "never awaited" warning)."""
+    if asyncio.iscoroutine(aw):
+        aw.close()
+    else:
+        asyncio.ensure_future(aw).cancel()
+
+
+#: the innermost stop watch of the running task (see :meth:`StoppableRun._cancellable`)
+_WATCH: contextvars.ContextVar[_StopWatch | None] = contextvars.ContextVar("tea_stop_watch", default=None)
 
 
 class StoppableRun(RunLog):
@@ -39,37 +90,62 @@ class StoppableRun(RunLog):
         #: when the run was stopped (``time.time()``), once it was
         self.stopped_at: float | None = None
 
-    async def _cancellable(self, coro: Awaitable[Any]) -> Any:
-        """Await ``coro`` while watching the stop signal; cancelling the run cancels it too."""
-        task = asyncio.ensure_future(coro)
-        try:
-            while not task.done():
-                if self.ctx.cancel.is_set():
-                    self.stopped_at = self.stopped_at or time.time()
-                    await self._stop_in_flight(task)
-                    raise RunInterrupted("the run was stopped")
-                await asyncio.wait({task}, timeout=0.05)
-        except asyncio.CancelledError:
-            self.stopped_at = self.stopped_at or time.time()
-            running = dict(self.in_flight)
-            task.cancel()
-            if running:
-                self._report_stopped(running)
-            raise
-        return task.result()
+    async def _cancellable(self, aw: Awaitable[Any]) -> Any:
+        """Await ``aw`` in this task while watching the stop signal; cancelling the run cancels it too.
 
-    async def _stop_in_flight(self, task: "asyncio.Future[Any]") -> None:
-        """The run was stopped: cancel what ``task`` runs (in-process async tools are cancelled,
-        sandboxed ones killed), wait up to :data:`STOP_GRACE` seconds for synchronous tools, which
-        see ``ToolContext.cancelled`` and should return, then say in the trajectory which tools were
+        No task is started per wait: a :class:`_StopWatch` polls the signal every
+        :data:`STOP_POLL` seconds and, when it is set, cancels this task (only the innermost watch of
+        a task does: a sub-agent's run awaited inside a tool call handles its own stop first)."""
+        if self.ctx.cancel.is_set():
+            self.stopped_at = self.stopped_at or time.time()
+            _drop(aw)
+            await self._after_stop(dict(self.in_flight))
+            raise RunInterrupted("the run was stopped")
+        task = asyncio.current_task()
+        assert task is not None  # awaited, so in a task
+        watch = _StopWatch(self, task, _WATCH.get())
+        token = _WATCH.set(watch)
+        started = False
+        try:
+            # a turn of the event loop before and after, also when it returns without suspending: runs
+            # that take turns (a CORAL team's members) interleave the same way in a run and its fork
+            await asyncio.sleep(0)
+            started = True
+            result = await aw
+        except BaseException as exc:
+            if not started:
+                _drop(aw)
+            if not watch.fired:
+                if isinstance(exc, asyncio.CancelledError):  # cancelled from outside (the run's task)
+                    self.stopped_at = self.stopped_at or time.time()
+                    running = dict(self.in_flight)
+                    if running:
+                        self._report_stopped(running)
+                raise
+            task.uncancel()
+            await self._after_stop(watch.running, watch.jobs)
+            raise RunInterrupted("the run was stopped") from None
+        finally:
+            watch.close()
+            _WATCH.reset(token)
+        if watch.fired:  # what it awaited took the cancellation and returned anyway
+            task.uncancel()
+            await self._after_stop(watch.running, watch.jobs)
+            raise RunInterrupted("the run was stopped")
+        await asyncio.sleep(0)
+        return result
+
+    async def _after_stop(
+        self, running: dict[str, tuple[str, int]], jobs: list[concurrent.futures.Future] | None = None
+    ) -> None:
+        """The run was stopped and what it awaited cancelled (in-process async tools are cancelled,
+        sandboxed ones killed): wait up to :data:`STOP_GRACE` seconds for synchronous tools, which see
+        ``ToolContext.cancelled`` and should return, then say in the trajectory which tools were
         running and which still are."""
-        running = dict(self.in_flight)
-        jobs = [j for call_id in running for j in self.thread_jobs.get(call_id, [])]
-        task.cancel()
+        if jobs is None:
+            jobs = [j for call_id in running for j in self.thread_jobs.get(call_id, [])]
         deadline = time.monotonic() + STOP_GRACE
-        while time.monotonic() < deadline:
-            if task.done() and all(j.done() for j in jobs):
-                break
+        while jobs and time.monotonic() < deadline and not all(j.done() for j in jobs):
             await asyncio.sleep(0.02)
         if running:
             self._report_stopped(running)

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import functools
+import heapq
 import json
+import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterable
 
 from tea_notebook.errors import NotFoundError
 from tea_notebook.models.client import display_name
 from tea_notebook.runtime.event_types import RunStatus
 from tea_notebook.runtime.events import Event
+from tea_notebook.runtime.refusals import refusal_line
 from tea_notebook.runtime.steps import StepRecord
 from tea_notebook.store.blobs import shorten
 
@@ -58,130 +62,110 @@ class StepView(StepRecord):
         return self.latency + self.tool_time
 
 
-@dataclass
 class Trajectory:
-    """A run with its steps and nested sub-agent runs."""
+    """A run with its steps and nested sub-agent runs.
 
-    run_id: str
-    agent: str
-    task: str
-    model: str
-    status: RunStatus
-    answer: str
-    steps: list[StepView]
-    children: list["Trajectory"]
-    events: list[Event]
-    parent_id: str | None = None
-    forked_from: str | None = None
-    memory: list[dict[str, Any]] = field(default_factory=list)
-    stages: list[dict[str, Any]] = field(default_factory=list)
-    threads: list[dict[str, Any]] = field(default_factory=list)
-    messages: list[dict[str, Any]] = field(default_factory=list)
-    #: the step of ``forked_from`` this run continues from
-    fork_step: int | None = None
-    #: the run's folder (its files, todo.md), when it was loaded from a workspace
-    folder: str | None = None
-    #: the workspace it was loaded from (to read stored model requests)
-    workspace: Any = field(default=None, repr=False, compare=False)
+    Loaded from a workspace (:meth:`load`), it reads the run tree's rows at once and its events on
+    first use: :attr:`steps`, :attr:`children`, :attr:`events` and the other recorded lists are
+    decoded when first asked for (the stored model requests, the bulk of a run, only with
+    :attr:`events`), so ``ws.trajectory(run).context(n)`` reads no event of the run.
+    """
+
+    #: the recorded lists, built on first use from the run's events (see :class:`_RunTree`)
+    _BUILT = ("steps", "children", "events", "memory", "stages", "threads", "messages")
+
+    def __init__(
+        self,
+        run_id: str,
+        agent: str,
+        task: str,
+        model: str,
+        status: RunStatus,
+        answer: str,
+        steps: list[StepView] | None = None,
+        children: list["Trajectory"] | None = None,
+        events: list[Event] | None = None,
+        parent_id: str | None = None,
+        forked_from: str | None = None,
+        memory: list[dict[str, Any]] | None = None,
+        stages: list[dict[str, Any]] | None = None,
+        threads: list[dict[str, Any]] | None = None,
+        messages: list[dict[str, Any]] | None = None,
+        fork_step: int | None = None,
+        folder: str | None = None,
+        workspace: Any = None,
+    ):
+        self.run_id, self.agent, self.task, self.model = run_id, agent, task, model
+        self.status, self.answer = status, answer
+        self.parent_id, self.forked_from, self.fork_step = parent_id, forked_from, fork_step
+        #: the run's folder (its files, todo.md), when it was loaded from a workspace
+        self.folder = folder
+        #: the workspace it was loaded from (to read stored model requests)
+        self.workspace = workspace
+        self._tree: _RunTree | None = None
+        given = dict(steps=steps, children=children, events=events, memory=memory)
+        given.update(stages=stages, threads=threads, messages=messages)
+        for name, value in given.items():  # a value given here is kept; the others start empty
+            self.__dict__[name] = [] if value is None else value
 
     @classmethod
     def load(cls, workspace: "RunHost", run_id: str) -> "Trajectory":
-        """Rebuild a run (an id prefix is enough) from the workspace's events."""
+        """A run (an id prefix is enough) of the workspace, with its nested runs; their events are
+        read when first needed (and then as they are stored at that moment)."""
         row = workspace.db.run_row(run_id)
         if row is None:
             raise NotFoundError(f"no run {run_id!r} in {workspace.path}")
-        events = workspace.events.events(row["id"], nested=True)
-        return cls._build(workspace, row, events)
+        return _RunTree(workspace, workspace.db.run_tree(row["id"])).trajectory(row)
 
-    @classmethod
-    def _build(cls, workspace: "RunHost", row: dict, events: list[Event]) -> "Trajectory":
-        own = [e for e in events if e.run_id == row["id"]]
-        steps: dict[int, StepView] = {}
-        memory: list[dict[str, Any]] = []
-        stages: list[dict[str, Any]] = []
-        threads: dict[str, dict[str, Any]] = {}
-        messages: list[dict[str, Any]] = []
-        for e in own:
-            if e.type == "stage":
-                stages.append(dict(e.data))
-            elif e.type == "thread":
-                threads.setdefault(e.data["id"], {}).update(e.data)
-            elif e.type == "message":
-                messages.append({**e.data, "time": e.time})
-            if e.step is None:
-                continue
-            view = steps.setdefault(e.step, StepView(e.step))
-            d = e.data
-            if e.type == "model_response":
-                view.prompt_tokens += d.get("prompt_tokens", 0)
-                view.completion_tokens += d.get("completion_tokens", 0)
-                view.cost += d.get("cost", 0.0)
-                view.latency += d.get("latency", 0.0)
-            elif e.type == "tool_call":
-                view.actions.append({"id": d["id"], "name": d["name"], "arguments": d["arguments"]})
-            elif e.type == "tool_result":
-                view.add_tool_result(e.time, d.get("latency"))
-                for a in view.actions:
-                    if a["id"] == d["id"]:
-                        a.update(
-                            ok=d["ok"],
-                            observation=d["observation"],
-                            error_type=d.get("error_type"),
-                            latency=d.get("latency"),
-                        )
-            elif e.type == "step":
-                view.read_event(d)
-                view.replayed = bool(d.get("replayed"))
-                view.edited = d.get("edited") or None
-                view.note = d.get("note", "")
-                if view.replayed or not view.actions:
-                    done = {a["name"] for a in view.actions}
-                    for tool, args, result in view.results:
-                        if isinstance(args, str):
-                            try:
-                                args = json.loads(args)
-                            except ValueError:
-                                pass
-                        if tool not in done and tool != "error":  # output errors are in view.errors
-                            view.actions.append(
-                                {
-                                    "name": tool,
-                                    "arguments": args,
-                                    "observation": result,
-                                    "ok": not str(result).startswith("Error"),
-                                }
-                            )
-            elif e.type == "error":
-                view.errors.append(d.get("message", ""))
-            elif e.type == "egress_refused":
-                view.errors.append(f"Network request refused: {d.get('reason', '')}")
-            elif e.type == "memory_written":
-                memory.append(d)
-        children = [
-            cls._build(workspace, child, events)
-            for child in workspace.db.runs(parent_id=row["id"])
-            if child["id"] != row["id"]
-        ]
-        return cls(
-            run_id=row["id"],
-            agent=row["agent"],
-            task=row["task"],
-            model=row["model"],
-            status=row["status"],
-            answer=row["answer"] or "",
-            steps=[steps[k] for k in sorted(steps)],
-            children=children,
-            events=own,
-            parent_id=row["parent_id"],
-            forked_from=row["forked_from"],
-            memory=memory,
-            stages=stages,
-            threads=list(threads.values()),
-            messages=messages,
-            fork_step=row.get("fork_step"),
-            folder=str(workspace.path / "runs" / row["id"]),
-            workspace=workspace,
-        )
+    @functools.cached_property
+    def steps(self) -> list[StepView]:
+        """The run's steps in order."""
+        return self._built().steps
+
+    @functools.cached_property
+    def children(self) -> list["Trajectory"]:
+        """The nested sub-agent runs, oldest first."""
+        assert self._tree is not None
+        return [self._tree.trajectory(row) for row in self._tree.children_of(self.run_id)]
+
+    @functools.cached_property
+    def events(self) -> list[Event]:
+        """The run's own events in order, its stored model requests included."""
+        assert self._tree is not None
+        return self._tree.events(self.run_id)
+
+    @functools.cached_property
+    def memory(self) -> list[dict[str, Any]]:
+        """What the run wrote to memory (its ``memory_written`` records)."""
+        return self._built().memory
+
+    @functools.cached_property
+    def stages(self) -> list[dict[str, Any]]:
+        """A staged agent's stages (its ``stage`` records)."""
+        return self._built().stages
+
+    @functools.cached_property
+    def threads(self) -> list[dict[str, Any]]:
+        """A team's threads (the last state of each ``thread`` record)."""
+        return self._built().threads
+
+    @functools.cached_property
+    def messages(self) -> list[dict[str, Any]]:
+        """A team's messages with their times."""
+        return self._built().messages
+
+    def _built(self) -> "_Built":
+        assert self._tree is not None, "a trajectory made without a workspace has all its lists"
+        built = self.__dict__.get("_built_lists")
+        if built is None:
+            built = self.__dict__["_built_lists"] = build_lists(self._tree.records(self.run_id))
+        return built
+
+    def _light(self) -> list[Event]:
+        """The run's own events without its stored model requests (what the properties read)."""
+        if "events" in self.__dict__ or self._tree is None:
+            return self.events
+        return self._tree.light(self.run_id)
 
     def find(self, run_id: str) -> "Trajectory":
         """This run or the nested run ``run_id`` (an id prefix is enough)."""
@@ -208,7 +192,7 @@ class Trajectory:
     @property
     def resumed(self) -> bool:
         """True when this run continues a stopped one (``ws.resume``) rather than forking it."""
-        started = next((e.data for e in self.events if e.type == "run_started"), {})
+        started = next((e.data for e in self._light() if e.type == "run_started"), {})
         return bool(started.get("resumed_from"))
 
     def lineage(self) -> str:
@@ -220,19 +204,26 @@ class Trajectory:
         return f"{'resumed' if self.resumed else 'forked'} from {self.forked_from}{' ' + point if point else ''}"
 
     @property
+    def fork_note(self) -> str:
+        """What this fork or resume says of its start besides where it starts ("" when nothing): for a run
+        that worked in the notebook, that the notebook's cells are not rewound."""
+        started = next((e.data for e in self._light() if e.type == "run_started"), {})
+        return str(started.get("fork_note") or "") if self.forked_from else ""
+
+    @property
     def fork_point(self) -> str:
         """Where in the run it came from this run starts, in words without the run's id ("after step 4"
         for a resume, "at stage 2", "at message 3", "at stocktaker's step 2", "at step 3"); "" when
         it was started afresh."""
         if not self.forked_from:
             return ""
-        started = next((e.data for e in self.events if e.type == "run_started"), {})
+        started = next((e.data for e in self._light() if e.type == "run_started"), {})
         return fork_point(started, self.fork_step)
 
     @property
     def edit(self) -> dict[str, Any] | None:
         """What this run's fork edited (its ``run_started`` record), or None."""
-        started = next((e.data for e in self.events if e.type == "run_started"), {})
+        started = next((e.data for e in self._light() if e.type == "run_started"), {})
         return started.get("edit")
 
     @property
@@ -241,7 +232,7 @@ class Trajectory:
         step, how, what each run did there), or None when it reproduced it so far (or is no fork)."""
         from tea_notebook.runtime.divergence import Divergence
 
-        data = next((e.data for e in self.events if e.type == "diverged"), None)
+        data = next((e.data for e in self._light() if e.type == "diverged"), None)
         return None if data is None else Divergence.of(data, "message" if self.fork_unit == "messages" else "step")
 
     @property
@@ -254,7 +245,7 @@ class Trajectory:
     def fork_unit(self) -> str | None:
         """What forking this run replays: ``"steps"`` (an agent-loop run), ``"messages"`` (a CORAL team),
         or None when it cannot be forked (ToolSelf, workflow agents, a team member): see :func:`fork_unit`."""
-        return fork_unit(self.events)
+        return fork_unit(self._light())
 
     @property
     def prompt_tokens(self) -> int:
@@ -297,7 +288,7 @@ class Trajectory:
         out: dict[str, list[tuple[float, dict[str, Any]]]] = {}
         for child in self.children:
             calls: dict[str, tuple[float, dict[str, Any]]] = {}
-            for e in child.events:
+            for e in child._light():
                 if e.type == "tool_call":
                     calls[e.data["id"]] = (e.time, {"name": e.data["name"], "arguments": e.data["arguments"]})
                 elif e.type == "tool_result" and e.data.get("id") in calls:
@@ -315,6 +306,8 @@ class Trajectory:
         if self.forked_from:
             departed = self.divergence
             lines.append(f"{indent}{self.lineage()}" + (f"; {departed.first()}" if departed else ""))
+            if self.fork_note:
+                lines.append(f"{indent}{self.fork_note}")
         starts = {st.get("first_step"): st for st in self.stages}
         for s in self.steps:
             if s.number in starts:
@@ -362,6 +355,170 @@ class Trajectory:
         from tea_notebook.runtime.render import payload
 
         return payload(self)
+
+
+@dataclass
+class _Built:
+    """What a run's own events give a :class:`Trajectory` (see :func:`build_lists`)."""
+
+    steps: list[StepView]
+    memory: list[dict[str, Any]]
+    stages: list[dict[str, Any]]
+    threads: list[dict[str, Any]]
+    messages: list[dict[str, Any]]
+
+
+def build_lists(own: Iterable[tuple[str, int | None, float, dict[str, Any]]]) -> _Built:
+    """A run's steps, memory writes, stages, threads and messages from ``(type, step, time, data)``
+    of its own events in order (its stored model requests are not needed)."""
+    steps: dict[int, StepView] = {}
+    memory: list[dict[str, Any]] = []
+    stages: list[dict[str, Any]] = []
+    threads: dict[str, dict[str, Any]] = {}
+    messages: list[dict[str, Any]] = []
+    for type_, number, when, d in own:
+        if type_ == "stage":
+            stages.append(dict(d))
+        elif type_ == "thread":
+            threads.setdefault(d["id"], {}).update(d)
+        elif type_ == "message":
+            messages.append({**d, "time": when})
+        if number is None:
+            continue
+        view = steps.get(number)
+        if view is None:
+            view = steps[number] = StepView(number)
+        if type_ == "model_response":
+            view.prompt_tokens += d.get("prompt_tokens", 0)
+            view.completion_tokens += d.get("completion_tokens", 0)
+            view.cost += d.get("cost", 0.0)
+            view.latency += d.get("latency", 0.0)
+        elif type_ == "tool_call":
+            view.actions.append({"id": d["id"], "name": d["name"], "arguments": d["arguments"]})
+        elif type_ == "tool_result":
+            view.add_tool_result(when, d.get("latency"))
+            for a in view.actions:
+                if a["id"] == d["id"]:
+                    a.update(
+                        ok=d["ok"],
+                        observation=d["observation"],
+                        error_type=d.get("error_type"),
+                        latency=d.get("latency"),
+                    )
+        elif type_ == "step":
+            _read_step(view, d)
+        elif type_ == "error":
+            view.errors.append(d.get("message", ""))
+        elif type_ == "egress_refused":
+            view.errors.append(refusal_line(d))  # one line stands for a step's counted refusals
+        elif type_ == "memory_written":
+            memory.append(d)
+    return _Built([steps[k] for k in sorted(steps)], memory, stages, list(threads.values()), messages)
+
+
+def _read_step(view: StepView, d: dict[str, Any]) -> None:
+    """Fill ``view`` from its ``step`` record (a replayed step's actions come from its results)."""
+    view.read_event(d)
+    view.replayed = bool(d.get("replayed"))
+    view.edited = d.get("edited") or None
+    view.note = d.get("note", "")
+    if view.replayed or not view.actions:
+        done = {a["name"] for a in view.actions}
+        for tool, args, result in view.results:
+            if isinstance(args, str):
+                try:
+                    args = json.loads(args)
+                except ValueError:
+                    pass
+            if tool not in done and tool != "error":  # output errors are in view.errors
+                view.actions.append(
+                    {"name": tool, "arguments": args, "observation": result, "ok": not str(result).startswith("Error")}
+                )
+
+
+class _RunTree:
+    """The run rows of one run tree (read at once) and their events: read in one query on first
+    use, without the stored model requests, and decoded run by run when a run's lists are asked for
+    (its :class:`Event` objects made only when they are asked for too)."""
+
+    def __init__(self, workspace: "RunHost", rows: list[dict[str, Any]]):
+        self.workspace = workspace
+        self.rows = rows
+        self._rows: dict[str, list[tuple]] | None = None
+        self._decoded: dict[str, list[tuple[tuple, dict[str, Any]]]] = {}  # each row with its data
+        self._events: dict[str, list[Event]] = {}
+        self._lock = threading.Lock()  # a trajectory may be read from two threads (a view's, the cell's)
+
+    def trajectory(self, row: dict[str, Any]) -> Trajectory:
+        """The run of ``row``, its lists left to be built on first use."""
+        traj = Trajectory(
+            run_id=row["id"],
+            agent=row["agent"],
+            task=row["task"],
+            model=row["model"],
+            status=row["status"],
+            answer=row["answer"] or "",
+            parent_id=row["parent_id"],
+            forked_from=row["forked_from"],
+            fork_step=row.get("fork_step"),
+            folder=str(self.workspace.path / "runs" / row["id"]),
+            workspace=self.workspace,
+        )
+        for name in Trajectory._BUILT:
+            del traj.__dict__[name]
+        traj._tree = self
+        return traj
+
+    def children_of(self, run_id: str) -> list[dict[str, Any]]:
+        """The rows of the runs nested directly under ``run_id``, oldest first."""
+        return [r for r in self.rows if r["parent_id"] == run_id and r["id"] != run_id]
+
+    def light(self, run_id: str) -> list[Event]:
+        """``run_id``'s own events in order, without its stored model requests."""
+        with self._lock:
+            events = self._events.get(run_id)
+            if events is None:
+                events = self._events[run_id] = [
+                    Event(id_, run, type_, when, data, parent_id, step, seq)
+                    for (seq, id_, run, parent_id, type_, step, when, _), data in self._decode(run_id)
+                ]
+            return events
+
+    def records(self, run_id: str) -> list[tuple[str, int | None, float, dict[str, Any]]]:
+        """``(type, step, time, data)`` of ``run_id``'s own events in order, without its stored model
+        requests (what :func:`build_lists` reads: no :class:`Event` is made)."""
+        with self._lock:
+            return [(row[4], row[5], row[6], data) for row, data in self._decode(run_id)]
+
+    def _decode(self, run_id: str) -> list[tuple[tuple, dict[str, Any]]]:
+        """``run_id``'s stored rows (lock held), each with its data decoded."""
+        decoded = self._decoded.get(run_id)
+        if decoded is None:
+            if self._rows is None:
+                self.workspace.events.flush()
+                self._rows = {r["id"]: [] for r in self.rows}
+                for raw in self.workspace.db.events_of(list(self._rows), without=("model_request",)):
+                    self._rows[raw[2]].append(raw)
+            rows = self._rows.pop(run_id, [])
+            datas = json.loads("[" + ",".join(r[7] for r in rows) + "]")  # one parse for them all
+            decoded = self._decoded[run_id] = list(zip(rows, datas))
+        return decoded
+
+    def events(self, run_id: str) -> list[Event]:
+        """``run_id``'s own events in order, its stored model requests included."""
+        requests = decode(self.workspace.db.events_of([run_id], only=("model_request",)))
+        return list(heapq.merge(self.light(run_id), requests, key=lambda e: e.seq))
+
+
+def decode(rows: list[tuple]) -> list[Event]:
+    """Events from their stored rows (as :meth:`Event.from_row` makes them; one JSON parse for all)."""
+    if not rows:
+        return []
+    datas = json.loads("[" + ",".join(r[7] for r in rows) + "]")
+    return [
+        Event(id_, run_id, type_, when, data, parent_id, step, seq)
+        for (seq, id_, run_id, parent_id, type_, step, when, _), data in zip(rows, datas)
+    ]
 
 
 def fork_change(edit: dict[str, Any] | None) -> dict[str, Any] | None:

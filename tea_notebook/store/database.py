@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import itertools
 import json
 import os
 import socket
@@ -44,6 +45,9 @@ changes what an event holds raises it and adds the step that rewrites older even
 :data:`_EVENT_MIGRATIONS`; opening a workspace runs the steps it lacks. Separate from the schema
 version: an older release still opens a workspace whose events it reads the same."""
 _SQLITE_MAGIC = b"SQLite format 3\x00"
+#: the JSON paths of a record's data that :meth:`Database.count_heads` counts through an index (a
+#: routed agent's tools offered only by name; candidates of the evolution registries)
+COUNTED_PATHS = ("$.metadata.routing", "$.metadata.evolution.status")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -205,9 +209,19 @@ class Change:
     at: float
 
 
+_ID_SOURCE: tuple[int, int, Iterator[int]] = (0, 0, iter(()))  # (pid, random base, counter) of new_id
+
+
 def new_id() -> str:
-    """A fresh, sortable-enough unique id (of a run or an event)."""
-    return f"{int(time.time() * 1000):x}{uuid.uuid4().hex[:10]}"
+    """A fresh, sortable-enough unique id (of a run or an event): the time in ms, then 40 bits that
+    are a random number drawn once per process plus a counter (a uuid4 each costs more than the
+    rest of an event's bookkeeping; two processes collide only drawing within 2**20 of each other
+    and writing in the same millisecond)."""
+    global _ID_SOURCE
+    pid, base, counter = _ID_SOURCE
+    if pid != os.getpid():  # the first id of this process (a forked child draws its own)
+        pid, base, counter = _ID_SOURCE = (os.getpid(), int.from_bytes(os.urandom(5), "big"), itertools.count())
+    return f"{int(time.time() * 1000):x}{(base + next(counter)) & 0xFFFFFFFFFF:010x}"
 
 
 def _is_damage(exc: sqlite3.DatabaseError) -> bool:
@@ -235,6 +249,26 @@ def _folder_digests(data: Any) -> set[str]:
     return {v for v in folder.values() if isinstance(v, str) and len(v) == 64 and not v.startswith("!")}
 
 
+def _is_full(exc: sqlite3.DatabaseError) -> bool:
+    """True when SQLite could not write because the disk (or a quota) is full."""
+    return getattr(exc, "sqlite_errorname", "") == "SQLITE_FULL" or "database or disk is full" in str(exc)
+
+
+def _free_space(folder: Path) -> str:
+    """The free space left where ``folder`` is, for a message (``'12 KiB'``); ``'unknown'`` when it cannot be read."""
+    import shutil
+
+    try:
+        free = float(shutil.disk_usage(folder).free)
+    except OSError:
+        return "unknown"
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if free < 1024 or unit == "GiB":
+            return f"{free:.0f} {unit}" if unit == "bytes" else f"{free:.1f} {unit}"
+        free /= 1024
+    return "unknown"  # pragma: no cover - the loop always returns
+
+
 def _damaged(path: Path, problem: object) -> WorkspaceError:
     return WorkspaceError(
         f"workspace database {path} is damaged ({problem}); it was left as it is: restore it from a "
@@ -251,6 +285,8 @@ def _init_schema(cur: sqlite3.Cursor) -> None:
         if column not in have:
             cur.execute(f"ALTER TABLE runs ADD COLUMN {column} {kind}")
     cur.execute("CREATE INDEX IF NOT EXISTS runs_by_status ON runs(status)")
+    for i, path in enumerate(COUNTED_PATHS):  # what Database.count_heads counts through an index
+        cur.execute(f"CREATE INDEX IF NOT EXISTS versions_counted_{i} ON versions(kind, json_extract(data, '{path}'))")
     cur.execute("INSERT OR IGNORE INTO meta VALUES ('format', ?)", (FORMAT,))
     cur.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
     _migrate_events(cur)
@@ -375,6 +411,77 @@ def _put_uses(cur: sqlite3.Cursor, kind: str, rows: list[tuple]) -> None:
     )
 
 
+#: the folder beside ``tea.db`` of the intent journals (:class:`IntentJournal`), one file per open event log
+INTENTS_SUFFIX = "-intents"
+
+
+class IntentJournal:
+    """Events made durable before they are committed: what an agent run writes before a tool acts.
+
+    A step's events are committed to SQLite in one transaction when the step ends. What the step did
+    before a tool runs (the model call that chose it, the ``tool_call`` record) must survive the
+    process being killed while the tool runs, so that a resume repeats no call that returned: it is
+    appended here first, one ``write`` of one JSON line (a SQLite commit costs tens of times more),
+    as durable as a commit of the WAL with ``synchronous=NORMAL`` (it survives the process, not a
+    power cut). The step's commit empties the file. A process that opens the workspace after the
+    writer died inserts what its file holds (:meth:`Database.recover_intents`), before it marks the
+    writer's runs interrupted.
+    """
+
+    def __init__(self, folder: Path):
+        folder.mkdir(exist_ok=True)
+        host, start = _this_process()
+        header = (json.dumps({"pid": os.getpid(), "host": host, "start": start}) + "\n").encode()
+        self.path = folder / f"{os.getpid()}-{new_id()}.jsonl"
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_TRUNC, 0o600)
+        os.write(self._fd, header)
+        self._header = len(header)
+        self._dirty = False
+
+    def append(self, rows: list[tuple], blobs: "Mapping[str, str | tuple[int, list]]") -> None:
+        """Append events ``(id, run_id, parent_id, type, step, time, data)`` and the full texts they
+        point to, as one line."""
+        line = json.dumps({"rows": rows, "blobs": blobs}, ensure_ascii=False) + "\n"
+        os.write(self._fd, line.encode("utf-8", "surrogatepass"))
+        self._dirty = True
+
+    def clear(self) -> None:
+        """Empty the journal: what it held is committed."""
+        if self._dirty:
+            os.ftruncate(self._fd, self._header)
+            self._dirty = False
+
+    def close(self) -> None:
+        """Close the file, and remove it when what it held was committed (otherwise the next open
+        after this process has ended inserts it)."""
+        os.close(self._fd)
+        if not self._dirty:
+            self.path.unlink(missing_ok=True)
+
+
+def _read_intents(path: Path) -> tuple[dict[str, Any], list[tuple], dict[str, str | tuple[int, list]]] | None:
+    """The owner, events and texts of one intent journal (a line cut short or not JSON is skipped);
+    None when it cannot be read."""
+    try:
+        lines = path.read_bytes().decode("utf-8", "surrogatepass").splitlines()
+        owner = json.loads(lines[0]) if lines else None
+    except (OSError, ValueError):
+        return None
+    if not isinstance(owner, dict):
+        return None
+    rows: list[tuple] = []
+    blobs: dict[str, str | tuple[int, list]] = {}
+    for line in lines[1:]:
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        rows.extend(tuple(r) for r in entry.get("rows") or [] if isinstance(r, list) and len(r) == 7)
+        for key, kept in (entry.get("blobs") or {}).items():
+            blobs[key] = kept if isinstance(kept, str) else (int(kept[0]), list(kept[1]))
+    return owner, rows, blobs
+
+
 class Database:
     """The SQLite file of a workspace. Thread-safe within a process; safe across processes."""
 
@@ -384,6 +491,7 @@ class Database:
             _create(self.path)
         _check_is_ours(self.path)
         self._lock = threading.RLock()
+        self._journals: list[IntentJournal] = []
         try:
             self._conn = sqlite3.connect(self.path, timeout=60.0, isolation_level=None, check_same_thread=False)
             self._conn.execute("PRAGMA journal_mode=WAL")
@@ -396,6 +504,7 @@ class Database:
             raise
         except sqlite3.DatabaseError as exc:
             raise WorkspaceError(f"cannot open workspace database {self.path}: {exc}") from None
+        self.recover_intents()
         self.interrupt_orphaned_runs()
 
     # -- plumbing -------------------------------------------------------------------------
@@ -429,12 +538,57 @@ class Database:
         except sqlite3.DatabaseError as exc:
             if _is_damage(exc):
                 raise _damaged(self.path, exc) from None
+            if _is_full(exc):
+                raise self._disk_full() from None
             raise
 
+    def _disk_full(self) -> WorkspaceError:
+        """A full disk as a WorkspaceError naming the folder and the space left; this process's runs
+        still ``running`` are marked ``error`` at once (their events can no longer be written), not
+        left for the next open to find."""
+        folder = self.path.parent
+        marked = 0
+        if not getattr(self, "_marking_full", False):
+            self._marking_full = True
+            try:
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
+                # no checkpoint first: this small write reuses the log's space the failed one had taken
+                reason = f"error: the disk holding {folder} is full; the run's events could not be written"
+                host, _ = _this_process()
+                self._conn.execute("BEGIN IMMEDIATE")
+                marked = self._conn.execute(
+                    "UPDATE runs SET status='error', answer=?, ended=? "
+                    "WHERE status='running' AND owner_pid=? AND owner_host=?",
+                    (reason, time.time(), os.getpid(), host),
+                ).rowcount
+                self._conn.execute("COMMIT")
+            except sqlite3.Error:
+                marked = -1
+                if self._conn.in_transaction:
+                    try:
+                        self._conn.execute("ROLLBACK")
+                    except sqlite3.Error:
+                        pass
+            finally:
+                self._marking_full = False
+        runs = {
+            -1: "; the runs of this process could not be marked either (the next open marks them)",
+            0: "",
+            1: "; the run of this process that was running is marked 'error'",
+        }.get(marked, f"; the {marked} runs of this process that were running are marked 'error'")
+        return WorkspaceError(
+            f"the disk holding workspace {folder} is full ({_free_space(folder)} free): what was being "
+            f"written to {self.path.name} was not{runs}. Free some space, then go on"
+        )
+
     def close(self) -> None:
-        """Close the connection (the file stays)."""
+        """Close the connection (the file stays) and the intent journals."""
         with self._lock:
             self._conn.close()
+            for journal in self._journals:
+                journal.close()
+            self._journals.clear()
 
     # -- meta ---------------------------------------------------------------------------
     def meta(self, key: str, default: str | None = None) -> str | None:
@@ -543,7 +697,15 @@ class Database:
 
     def count_heads(self, kind: str, path: str, value: Any) -> int:
         """How many current records of a kind hold ``value`` at JSON ``path`` of their data
-        (``"$.metadata.routing"``), counted without loading them."""
+        (``"$.metadata.routing"``), counted without loading them (through an index for the paths of
+        :data:`COUNTED_PATHS`: a scan of 10,000 tools costs tens of ms, and every routed run asks)."""
+        if path in COUNTED_PATHS:  # the index matches only its own expression, written out
+            return self._read(
+                "SELECT count(*) FROM versions v JOIN heads h "
+                "ON h.kind=v.kind AND h.name=v.name AND h.version=v.version "
+                f"WHERE v.kind=? AND json_extract(v.data, '{path}') = ?",
+                (kind, value),
+            )[0][0]
         return self._read(
             "SELECT count(*) FROM heads h JOIN versions v "
             "ON v.kind=h.kind AND v.name=h.name AND v.version=h.version "
@@ -664,6 +826,45 @@ class Database:
             raise NotFoundError(f"no run {run_id!r} in {self.path}")
         return rows[0]
 
+    def intent_journal(self) -> IntentJournal:
+        """A new :class:`IntentJournal` of this workspace (one per event log), closed with the database."""
+        journal = IntentJournal(self.path.with_name(self.path.name + INTENTS_SUFFIX))
+        with self._lock:
+            self._journals.append(journal)
+        return journal
+
+    def recover_intents(self) -> int:
+        """Insert the events that processes which have ended made durable in their intent journals but
+        never committed (:class:`IntentJournal`; events already committed are skipped) and remove
+        their journals. Returns how many events were inserted. Called on every open, before
+        :meth:`interrupt_orphaned_runs`."""
+        folder = self.path.with_name(self.path.name + INTENTS_SUFFIX)
+        try:
+            paths = sorted(folder.iterdir())
+        except OSError:  # no journal was ever written here
+            return 0
+        inserted = 0
+        for path in paths:
+            read = _read_intents(path)
+            if read is None:
+                continue
+            owner, rows, blobs = read
+            pid, host, start = owner.get("pid"), owner.get("host"), owner.get("start")
+            if not isinstance(pid, int) or (pid == os.getpid() and start == _this_process()[1]):
+                continue  # this process's own (another workspace object of it may still commit them)
+            if _owner_gone(pid, host, start) is None:
+                continue  # its writer may still commit them
+            with self.transaction() as cur:
+                self._put_blobs(cur, blobs)
+                for row in rows:
+                    inserted += cur.execute(
+                        "INSERT OR IGNORE INTO events(id, run_id, parent_id, type, step, time, data) "
+                        "VALUES (?,?,?,?,?,?,?)",
+                        row,
+                    ).rowcount
+            path.unlink(missing_ok=True)
+        return inserted
+
     def interrupt_orphaned_runs(self) -> list[str]:
         """Mark ``interrupted`` the runs left ``running`` by a process that has ended (killed,
         crashed, its machine restarted), with the reason as the run's answer and a ``run_finished``
@@ -728,12 +929,20 @@ class Database:
                 marked.append(run_id)
         return marked
 
-    def events_of(self, run_ids: list[str]) -> list[tuple]:
-        """Events of some runs in order: ``(seq, id, run_id, parent_id, type, step, time, data)``."""
+    def events_of(
+        self, run_ids: list[str], *, only: tuple[str, ...] = (), without: tuple[str, ...] = ()
+    ) -> list[tuple]:
+        """Events of some runs in order: ``(seq, id, run_id, parent_id, type, step, time, data)``
+        (``only``: of these types; ``without``: not of these types)."""
         if not run_ids:
             return []
         marks = ",".join("?" * len(run_ids))
-        return self._read(f"SELECT * FROM events WHERE run_id IN ({marks}) ORDER BY seq", tuple(run_ids))
+        where = f"run_id IN ({marks})"
+        if only:
+            where += f" AND type IN ({','.join('?' * len(only))})"
+        if without:
+            where += f" AND type NOT IN ({','.join('?' * len(without))})"
+        return self._read(f"SELECT * FROM events WHERE {where} ORDER BY seq", (*run_ids, *only, *without))
 
     def fork_events(self, run_id: str, calls_from: int) -> list[tuple]:
         """One run's own events as :meth:`events_of` gives them, for making a fork of it: without its
@@ -816,6 +1025,17 @@ class Database:
         counts = {r: (0, 0) for r in run_ids}
         counts.update({root: (int(own), int(total)) for root, own, total in rows})
         return counts
+
+    def run_tree(self, run_id: str) -> list[dict]:
+        """The rows of a run and of every run nested under it (one query), the run first, then
+        oldest first."""
+        rows = self._read(
+            "WITH RECURSIVE tree(id) AS "
+            "(SELECT ? UNION SELECT runs.id FROM runs JOIN tree ON runs.parent_id = tree.id) "
+            f"SELECT {_RUN_SELECT} FROM runs WHERE id IN tree ORDER BY id != ?, started",
+            (run_id, run_id),
+        )
+        return [dict(zip(_RUN_COLUMNS, r)) for r in rows]
 
     def descendants(self, run_id: str) -> list[str]:
         """The run and every run nested under it."""
