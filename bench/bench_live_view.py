@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -149,7 +150,8 @@ def render(results: dict, command: str) -> str:
     before = med("whole", "wall_s") / med("quiet", "wall_s")
     return f"""## Live view: bytes and time (issue 23)
 
-Command: `{command}` — machine: {results["machine"]}; run {results["when"]}.
+Command: `{command}` — machine: {results["machine"]}; run {results["when"]}; load average (1-min)
+{results["load"][0]:.2f} before, {results["load"][1]:.2f} after, on 2 cores shared with other work.
 
 A {steps}-step scripted `%%agent` run (one `lookup` call a step; the model sleeps {results.get("pace", 0):g} s a call) in a real kernel, {n} runs of each
 mode, interleaved (order alternating). Bytes: the iopub messages of the cell as JSON (what the kernel
@@ -168,8 +170,9 @@ min / median / max.
 | live vs quiet, kernel CPU (medians) | {cpu_ratio:.2f}× | |
 
 The machine is shared with other jobs (the `--quiet` runs alone took {_stats([r["wall_s"] for r in s["quiet"]])[0]:.1f}–{_stats([r["wall_s"] for r in s["quiet"]])[2]:.1f} s):
-wall times are noisy; the kernel's CPU seconds are the steadier figure. Now and then one live run
-takes about twice the CPU of the others (the maximum in the live row); not yet explained.
+wall times are noisy; the kernel's CPU seconds are the steadier figure. (Earlier runs now and then had one live
+run take about twice the CPU of the others: issue 32 traced that to the run's start re-embedding the memory of
+earlier runs, not to the view; each memory text is now embedded once.)
 
 After one whole payload, each update (at most every 0.25 s) carries the steps events touched since
 the one before, the run headers and a short HTML fallback (the header, a line for each recent step,
@@ -187,8 +190,9 @@ def main() -> None:
     parser.add_argument("--pace", type=float, default=0.0, help="seconds the scripted model sleeps a call")
     parser.add_argument("--write", action="store_true")
     args = parse_args(parser, steps=20, runs=1)
+    load = os.getloadavg()[0]
     results = bench(args.steps, args.runs, args.pace)
-    results.update(machine=machine(), when=time.strftime("%Y-%m-%d"))
+    results.update(machine=machine(), when=time.strftime("%Y-%m-%d"), load=(load, os.getloadavg()[0]))
     command = command_line()
     publish(render(results, command), args.write)
 

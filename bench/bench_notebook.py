@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from _common import machine, parse_args, publish  # noqa: E402
+from _common import command_line, machine, parse_args, publish  # noqa: E402
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
@@ -315,7 +315,8 @@ def render(results: dict) -> str:
     cell = first["agent"]
     return f"""## Notebook layer
 
-Command: `{results["command"]}` — machine: {results["machine"]}; run {results["when"]}.
+Command: `{results["command"]}` — machine: {results["machine"]}; run {results["when"]}; load average (1-min)
+{results["load"][0]:.2f} before, {results["load"][1]:.2f} after, on 2 cores shared with other work.
 
 Start-up: CPU time (user + system) of a fresh interpreter, min / median / max over n={imp["n"]} per row, the
 rows interleaved in one run (wall medians in brackets); bytecode cached, as an installed package runs.
@@ -324,8 +325,13 @@ rows interleaved in one run (wall medians in brackets); bytecode cached, as an i
 |---|---|---|---|---|---|
 | `python -c "import tea_notebook"` | {_ms(imp["import"]["cpu"])} ms ({imp["import"]["wall"]["median"] * 1000:.0f} ms wall) | `python -c pass`: {_ms(bare["cpu"])} ms | | | |
 | `import tea_notebook` + `Workspace(path)` (a new folder) + `close()` | {_ms(io["cpu"])} ms ({io["wall"]["median"] * 1000:.0f} ms wall) | `import sqlite3` + create a database: {_ms(floor["cpu"])} ms | {io_ratio:.1f}× | ≤ 200 ms | {ok(io["cpu"]["median"] <= 0.2)} |
-| the first `%%agent` cell after `%load_ext` in a fresh IPython shell: `{FIRST_CELL.splitlines()[0]}` (its first tool call, `add`, then `done`; answer `{first["answer"]}`), process CPU, n={first["n"]} | {_ms(cell["cpu"])} ms ({cell["wall"]["median"] * 1000:.0f} ms wall) | | | ≤ 0.5 s | {ok(cell["cpu"]["median"] <= 0.5)} |
+| the first `%%agent` cell after `%load_ext` in a fresh IPython shell, **after** `%tea workspace` and a `%%tool` cell (best case: workspace open, imports done): `{FIRST_CELL.splitlines()[0]}` (its first tool call, `add`, then `done`; answer `{first["answer"]}`), process CPU, n={first["n"]} | {_ms(cell["cpu"])} ms ({cell["wall"]["median"] * 1000:.0f} ms wall) | | | ≤ 0.5 s | {ok(cell["cpu"]["median"] <= 0.5)} |
 | everything from `%load_ext` to that answer: `%load_ext` + `%tea workspace` (a new folder) + a `%%tool` cell + that `%%agent` cell | {_ms(first["total"]["cpu"])} ms ({first["total"]["wall"]["median"] * 1000:.0f} ms wall); of which `%tea workspace` {first["workspace"]["cpu"]["median"] * 1000:.0f} ms, `%%tool` {first["tool"]["cpu"]["median"] * 1000:.0f} ms (medians) | | | | |
+
+Which first-cell figure a person waits for: the row "the first `%%agent` cell" is the best case (the workspace is
+already open, the offline demo model imports no litellm, and a new workspace has no memory to recall: with stored
+memory a kernel's first recall loads the embedder, see "Memory recall and query embedding"); from `%load_ext` to
+the first answer a person waits for the "everything" row.
 
 Heavy modules loaded after `import tea_notebook` + opening a workspace: {loaded} (of {", ".join(HEAVY)});
 after the first `%%agent` cell in the IPython shell: {first_loaded}.
@@ -353,7 +359,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=10, help="fresh interpreters per start-up figure")
     args = parse_args(parser, runs=2)
     results: dict = {"machine": machine(), "when": time.strftime("%Y-%m-%d")}
-    results["command"] = " ".join([".venv/bin/python", "bench/bench_notebook.py", *sys.argv[1:]])
+    results["command"] = command_line()
+    results["load"] = [os.getloadavg()[0]]
     results["import_open"] = bench_import_open(args.runs)
     print("import_open", results["import_open"], flush=True)
     results["first_cell"] = bench_first_cell(args.runs)
@@ -372,6 +379,7 @@ def main() -> None:
     print("render", results["render"], flush=True)
     results["live"] = bench_live(10, 1) if args.quick else bench_live()
     print("live", results["live"], flush=True)
+    results["load"].append(os.getloadavg()[0])
     publish(render(results), args.write)
 
 

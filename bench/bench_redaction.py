@@ -1,13 +1,13 @@
 """What content-based secret detection adds to redaction, per step of a 50-step run (issue 31, N10).
 
-    .venv/bin/python bench/bench_redaction.py [--steps 50] [--rounds 30] [--write] [--quick]
+    .venv/bin/python bench/bench_redaction.py [--steps 50] [--rounds 30] [--base bd75986] [--write] [--quick]
 
 1. Record: a scripted agent runs ``--steps`` lookup steps (the trajectory of bench_runtime.py: each
    observation 200 characters; and a second one whose observations are 2,000 characters of this
    repository's Python source) while every value handed to ``redact`` anywhere in the package is
    recorded, in order.
 2. Replay the recorded calls through two redactions, interleaved round by round: **before**, the
-   redaction as committed (``git show HEAD:tea_notebook/redaction.py``: environment secrets, key names
+   redaction of commit ``--base`` (``git show BASE:tea_notebook/redaction.py``: environment secrets, key names
    and secret shapes) and **after**, the working tree's (the same plus content detection: formats,
    entropy, prose, encodings). Each replay starts with an empty memo, as a run does, so each text is
    scanned as often as in the run. Two secrets are in the environment (``BENCH_*_API_KEY``), as a
@@ -41,10 +41,13 @@ TARGET_MS = 0.1
 FILLER = "lorem ipsum dolor sit amet, consectetur adipiscing elit; " * 5
 
 
-def committed_redaction() -> ModuleType:
-    """The redaction module as committed (HEAD), loaded beside the working tree's."""
+def committed_redaction(base: str) -> ModuleType:
+    """The redaction module of commit ``base``, loaded beside the working tree's."""
     source = subprocess.run(
-        ["git", "-C", str(ROOT), "show", "HEAD:tea_notebook/redaction.py"], check=True, capture_output=True, text=True
+        ["git", "-C", str(ROOT), "show", f"{base}:tea_notebook/redaction.py"],
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout
     folder = Path(tempfile.mkdtemp(prefix="tea-bench-redaction-"))
     path = folder / "redaction_before.py"
@@ -135,12 +138,13 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--write", action="store_true", help="replace the section in docs/benchmarks.md")
+    parser.add_argument("--base", default="bd75986", help="the commit whose redaction is 'before' (before issue 31)")
     args = parse_args(parser, steps=5, rounds=2)
     os.environ["BENCH_OPENAI_API_KEY"] = "sk-bench-" + "Zq8k3LmN0pX7" * 4
     os.environ["BENCH_OTHER_API_KEY"] = "bench-other-secret-value-42"
     from tea_notebook import redaction as after
 
-    before = committed_redaction()
+    before = committed_redaction(args.base)
     workloads = {
         "lookup (200-char observations)": [("value of k: " + FILLER)[:200]],
         "source (2,000-char observations of Python source)": source_chunks(),
@@ -164,7 +168,7 @@ def main() -> None:
         diff = [a - b for a, b in zip(times["after"], times["before"])]
         wall_diff = [a - b for a, b in zip(walls["after"], walls["before"])]
         print(f"\n{name}: {len(calls)} redact calls, {chars:,} characters, {args.steps} steps, n={args.rounds}")
-        print(f"  CPU ms per step, before (committed)  min/median/max: {spread(times['before'])}")
+        print(f"  CPU ms per step, before ({args.base})    min/median/max: {spread(times['before'])}")
         print(f"  CPU ms per step, after (content too) min/median/max: {spread(times['after'])}")
         print(f"  added by content detection, paired   min/median/max: {spread(diff)}")
         print(
@@ -185,11 +189,11 @@ Command: `{command_line()}` — machine: {machine()}; run {time.strftime("%Y-%m-
 
 Every value handed to `redact` during a {args.steps}-step scripted run (the trajectory of the runtime benchmark:
 one `lookup` a step) is recorded, then replayed through two redactions taking turns round by round, each from an
-empty memo as a run starts: **before**, `tea_notebook/redaction.py` as committed (environment secrets, key names,
-secret shapes) and **after**, the working tree's (the same plus content detection: formats, entropy, prose,
+empty memo as a run starts: **before**, `tea_notebook/redaction.py` of commit {args.base} (environment secrets, key
+names, secret shapes) and **after**, the working tree's (the same plus content detection: formats, entropy, prose,
 encodings). Two secrets are in the environment, as in a configured workspace. CPU time (`time.process_time`) per
 step of the run; min / median / max over n rounds; "added" is the paired difference after − before. The peer is
-the committed redaction in the same rounds; target: content detection adds at most {TARGET_MS} ms CPU a step.
+that redaction in the same rounds; target: content detection adds at most {TARGET_MS} ms CPU a step.
 
 | run's observations | before, CPU ms/step | after, CPU ms/step | added, CPU ms/step | added, wall ms/step | n | |
 |---|---|---|---|---|---|---|

@@ -14,6 +14,7 @@ peer: the figure to compare with is the same agent with 10 tools registered (tar
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -24,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from _common import machine, parse_args, publish  # noqa: E402
+from _common import command_line, machine, parse_args, publish  # noqa: E402
 
 import tea_notebook  # noqa: E402
 from tea_notebook.models.offline import ScriptedModel, call  # noqa: E402
@@ -84,7 +85,8 @@ def render(r: dict, command: str) -> str:
     table = "\n".join(rows)
     return f"""## Tool routing per step
 
-Command: `{command}` — machine: {r["machine"]}; run {r["when"]}. An agent that names no tools: every step
+Command: `{command}` — machine: {r["machine"]}; run {r["when"]}; load average (1-min) {r["load"][0]:.2f} before,
+{r["load"][1]:.2f} after, on 2 cores shared with other work. An agent that names no tools: every step
 routes 20 tools from the registry by its task; {r["steps"]}-step scripted runs, sizes interleaved, n={r["reps"]} per
 size; CPU time of the run per step (every thread), wall time beside it (the machine is shared: the ratio is taken on
 CPU time). The figure to compare with is the 10-tool row.
@@ -121,6 +123,7 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=3, help="rounds over the sizes")
     parser.add_argument("--sizes", type=int, nargs="+", default=[10, 1000, 10_000])
     args = parse_args(parser, steps=5, reps=1, sizes=[10, 200])
+    load = os.getloadavg()[0]
     run(10, 3)  # warm-up: imports, first workspace
     cpu: dict[int, list[float]] = {s: [] for s in args.sizes}
     wall: dict[int, list[float]] = {s: [] for s in args.sizes}
@@ -130,8 +133,9 @@ def main() -> None:
             cpu[size].append(c)
             wall[size].append(w)
             print(size, f"{1000 * c:.2f} ms CPU/step, {1000 * w:.2f} ms wall/step", flush=True)
-    command = " ".join([".venv/bin/python bench/bench_routing.py", *sys.argv[1:]])
+    command = command_line()
     results = {"machine": machine(), "when": time.strftime("%Y-%m-%d"), "steps": args.steps, "reps": args.reps}
+    results["load"] = (load, os.getloadavg()[0])
     results.update(sizes=args.sizes, cpu=cpu, wall=wall)
     publish(render(results, command), args.write)
 

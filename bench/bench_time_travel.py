@@ -66,7 +66,6 @@ from tea_notebook.runtime.contexts import ContextRecorder  # noqa: E402
 from tea_notebook.runtime.folder_snapshots import RACY_NS  # noqa: E402
 from tea_notebook.runtime.runlog import RunLog  # noqa: E402
 
-DATE = "2026-11-26"
 PROFILING = False  # no gc.collect() inside a profiled call (it would top the profile)
 TASK = "Look up the keys k1, k2, k3, ... one at a time with the lookup tool, then report that you are done."
 FILLER = "lorem ipsum dolor sit amet, consectetur adipiscing elit; " * 8
@@ -277,10 +276,17 @@ def capture_requests(base: Path, steps: int) -> tuple[list[tuple], list[float], 
     timed: list[float] = []
     original = ContextRecorder.record
 
-    def record(self: ContextRecorder, messages: Any, tools: Any = None, params: Any = None, stream: str = "") -> Any:
-        captured.append(json.loads(json.dumps([messages, tools, params, stream], default=str)))
+    def record(
+        self: ContextRecorder,
+        messages: Any,
+        tools: Any = None,
+        params: Any = None,
+        stream: str = "",
+        text_pieces: Any = None,
+    ) -> Any:
+        captured.append(json.loads(json.dumps([messages, tools, params, stream, text_pieces], default=str)))
         t = time.perf_counter()
-        out = original(self, messages, tools, params, stream)
+        out = original(self, messages, tools, params, stream, text_pieces=text_pieces)
         timed.append(time.perf_counter() - t)
         return out
 
@@ -312,9 +318,9 @@ def replay_record(captured: list[tuple], repeat: int) -> tuple[list[float], list
         if not PROFILING:
             gc.collect()
         c0, t0 = time.process_time(), time.perf_counter()
-        for messages, tools, params, stream in captured:
+        for messages, tools, params, stream, pieces in captured:
             t = time.perf_counter()
-            recorder.record(messages, tools, params, stream)
+            recorder.record(messages, tools, params, stream, text_pieces=None if pieces is None else tuple(pieces))
             per_call.append(time.perf_counter() - t)
         run_cpu.append((time.process_time() - c0) / len(captured))
         run_wall.append((time.perf_counter() - t0) / len(captured))
@@ -642,6 +648,7 @@ def contexts_section(args: argparse.Namespace) -> None:
     fork_steps = [s for s in args.fork_steps if s < longest]
     view_step = max(fork_steps) if fork_steps else max(1, longest - 1)
     command = f"`{command_line()}`"
+    load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="tea-bench-tt-") as tmp:
         base = Path(tmp)
         print("warm-up run", flush=True)
@@ -711,7 +718,8 @@ def contexts_section(args: argparse.Namespace) -> None:
     lines = [
         "## Time travel: stored contexts, forks and context views",
         "",
-        f"{command}, {DATE}; {machine()}; the machine was shared with other work, so CPU time "
+        f"{command}, {time.strftime('%Y-%m-%d')}; {machine()}; load average (1-min) {load:.2f} before, "
+        f"{os.getloadavg()[0]:.2f} after; the machine was shared with other work, so CPU time "
         "(`time.process_time`, every thread) is given beside wall time. Every run: the same scripted agent-loop "
         f"run in a fresh workspace, native tool mode, default memory budget (3,000 tokens, 4 recent steps), a tool "
         f"returning {OBSERVATION_CHARS} characters; configurations interleaved; figures are median (min–max) over n runs. "
@@ -854,6 +862,7 @@ def folders_section(args: argparse.Namespace) -> None:
     fork_at = longest // 2
     kill_at = args.kill_steps // 2
     command = f"`{command_line()}`"
+    load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="tea-bench-folders-") as tmp:
         base = Path(tmp)
         print("warm-up runs", flush=True)
@@ -883,7 +892,8 @@ def folders_section(args: argparse.Namespace) -> None:
     lines = [
         "## Time travel: run folders, forks that restore them, resume after kill -9",
         "",
-        f"{command}, {time.strftime('%Y-%m-%d')}; {machine()}; the machine was shared with other work, so CPU time "
+        f"{command}, {time.strftime('%Y-%m-%d')}; {machine()}; load average (1-min) {load:.2f} before, "
+        f"{os.getloadavg()[0]:.2f} after; the machine was shared with other work, so CPU time "
         "(`time.process_time`) is given beside wall time; figures are median (min–max) over n runs, configurations "
         "interleaved. The runs are those of the section above (scripted agent loop, contexts stored), but the tool "
         "also works on the run folder, which is snapshotted after every step (`tea_notebook/runtime/folder_snapshots.py`: "

@@ -403,7 +403,8 @@ def render(results: dict[str, Any]) -> str:
 
     return f"""## Self-evolution: tool creation
 
-Command: `{command_line()}` — machine: {results["machine"]}; run {results["when"]}.
+Command: `{command_line()}` — machine: {results["machine"]}; run {results["when"]}; load average (1-min)
+{results["load"][0]:.2f} before, {results["load"][1]:.2f} after, on 2 cores shared with other work.
 
 Create → validate → register with a scripted model, excluding model time. 12 distinct tools
 (`{"`, `".join(t["name"] for t in TOOLS)}`:
@@ -429,7 +430,7 @@ validation and one fix per tool (the first code raises `NotImplementedError`).
 {rows("with one fix", fixed, True)}
 
 Most of a tool's overhead is its sandbox runs: each is a fresh bubblewrap sandbox (the sandbox's
-cold start, ~80 ms on this machine, see Environments) in which the harness forks the tool into
+cold start: see "Security boundary" for its figure) in which the harness forks the tool into
 a process of its own, imports it there and runs the tests several times against it: one run checks
 the tests against a constant stub per distinct example output, one validates (the tests against the
 real results, then against mutated ones), and a fix adds one validation run. The previous validator
@@ -443,6 +444,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="fresh workspaces of 12 creations each")
     args = parse_args(parser, rounds=1)
     ensure_registered()
+    load = os.getloadavg()[0]
     warm_up()
     results = {
         "machine": machine(),
@@ -451,6 +453,7 @@ def main() -> None:
         "first": run(args.rounds, fix=False),
         "fix": run(args.rounds, fix=True),
     }
+    results["load"] = (load, os.getloadavg()[0])
     publish(render(results), args.write)
 
 

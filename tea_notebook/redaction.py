@@ -166,24 +166,26 @@ def _credential(match: re.Match[str]) -> str:
 _KEY_WORDS = ("pass", "secret", "token", "auth", "cred", "cookie", "key")
 _MEMO_CHARS = 4096  # texts up to this long are remembered: the same text recurs across a step's events
 _MEMO_SIZE = 2048
-_memo: dict[tuple[str, bool], tuple[dict[str, str], str]] = {}
+_memo: dict[tuple[str, bool, bool], tuple[dict[str, str], str]] = {}
 
 
-def _text(text: str, known: re.Pattern[str] | None, labels: dict[str, str], keys: bool) -> str:
+def _text(text: str, known: re.Pattern[str] | None, labels: dict[str, str], keys: bool, name: bool = False) -> str:
+    """``text`` redacted; ``name``: it is a mapping's key (structure: a random-looking name is not taken
+    for a secret, a token of a known format still is)."""
     if len(text) > _MEMO_CHARS:
-        return _scan(text, known, labels, keys)
+        return _scan(text, known, labels, keys, name)
     # an entry holds the labels it was made with: a secret exported since then misses the memo
-    hit = _memo.get((text, keys))
+    hit = _memo.get((text, keys, name))
     if hit is not None and hit[0] is labels:
         return hit[1]
-    out = _scan(text, known, labels, keys)
+    out = _scan(text, known, labels, keys, name)
     if len(_memo) >= _MEMO_SIZE:
         _memo.clear()
-    _memo[(text, keys)] = (labels, out)
+    _memo[(text, keys, name)] = (labels, out)
     return out
 
 
-def _scan(text: str, known: re.Pattern[str] | None, labels: dict[str, str], keys: bool) -> str:
+def _scan(text: str, known: re.Pattern[str] | None, labels: dict[str, str], keys: bool, name: bool = False) -> str:
     if known is not None:
         text = known.sub(lambda m: labels[m.group(0)], text)
     if "earer" in text or "EARER" in text or "asic" in text or "ASIC" in text:
@@ -197,7 +199,12 @@ def _scan(text: str, known: re.Pattern[str] | None, labels: dict[str, str], keys
                 text = _key_values(text, pattern)
     # by content last (known formats, entropy, encodings; prose names a secret as a key name does,
     # so not with keys=False): what the passes above replaced is a label, no longer a candidate
-    return replace_spans(text, find_secrets(text, _holds(known) if known is not None else None, prose=keys))
+    # entropy not for a name: a mapping's key, or in a structural document (keys=False) a value that is
+    # one bare word (a schema names its properties in values too: ``required``); inside longer text
+    # (source code, a description) it applies. Known formats and the environment's secrets always.
+    entropy = not name and (keys or any(c.isspace() for c in text))
+    found = find_secrets(text, _holds(known) if known is not None else None, prose=keys, entropy=entropy)
+    return replace_spans(text, found)
 
 
 def _holds(known: re.Pattern[str]) -> Callable[[str], bool]:
@@ -217,7 +224,7 @@ def _walk(value: Any, known: re.Pattern[str] | None, labels: dict[str, str], key
     if isinstance(value, dict) or isinstance(value, Mapping):
         out: dict[str, Any] = {}
         for key, item in value.items():
-            name = _text(key if isinstance(key, str) else str(key), known, labels, False)
+            name = _text(key if isinstance(key, str) else str(key), known, labels, False, name=True)
             if keys and is_secret_name(name) and item is not None and item != "":
                 out[name] = REDACTED
             else:

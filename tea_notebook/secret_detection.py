@@ -266,7 +266,9 @@ def _runs(text: str) -> list[tuple[int, int]]:
     return out
 
 
-def _token_findings(text: str, runs: list[tuple[int, int]], known: Callable[[str], bool] | None) -> list[Finding]:
+def _token_findings(
+    text: str, runs: list[tuple[int, int]], known: Callable[[str], bool] | None, entropy: bool = True
+) -> list[Finding]:
     found: list[Finding] = []
     for start, end in runs:
         run = text[start:end]
@@ -285,7 +287,7 @@ def _token_findings(text: str, runs: list[tuple[int, int]], known: Callable[[str
         padded = end
         while padded < len(text) and padded - end < 2 and text[padded] == "=":
             padded += 1
-        if _random_looking(run):
+        if entropy and _random_looking(run):
             found.append(Finding(start, padded, "entropy"))
             continue
         decoded = _decoded(text[start:padded])
@@ -347,14 +349,17 @@ def find_formats(text: str) -> list[Finding]:
     return _merged(found + _spread_findings(text))
 
 
-def find_secrets(text: str, known: Callable[[str], bool] | None = None, *, prose: bool = True) -> list[Finding]:
+def find_secrets(
+    text: str, known: Callable[[str], bool] | None = None, *, prose: bool = True, entropy: bool = True
+) -> list[Finding]:
     """The secrets in ``text``, by content, in order and not overlapping: known formats, secrets
     said in prose, high-entropy tokens and encoded secrets. ``known(decoded)`` says whether the
     text a base64 or hex run decodes to holds a secret known otherwise (the environment's);
-    ``prose=False`` leaves secrets said in prose out."""
+    ``prose=False`` leaves secrets said in prose out; ``entropy=False`` leaves random-looking tokens
+    of no known format alone (a name: a mapping's key, a schema's property)."""
     if len(text) < _MIN_TEXT:
         return []
-    found = _token_findings(text, _runs(text), known) + _spread_findings(text)
+    found = _token_findings(text, _runs(text), known, entropy) + _spread_findings(text)
     if prose:
         found += _prose_findings(text)
     return _merged(found)

@@ -12,6 +12,7 @@ import ast
 import importlib.metadata as metadata
 import json
 import re
+import sqlite3
 import sys
 import tomllib
 from pathlib import Path
@@ -114,14 +115,18 @@ def test_a_run_no_evaluation_scored_has_no_verdict(scored):
     assert "evaluation" not in data[MIME_TYPE] and "scored by" not in data["text/html"]
 
 
-def test_a_scored_run_shown_after_its_workspace_closed_shows_without_its_score(tmp_path, warm_litellm):
+def test_a_scored_run_shown_after_its_workspace_closed_still_shows_with_its_score(tmp_path, warm_litellm):
+    """A trajectory held past ``ws.close()`` reads what it had not read yet from the file (read-only)."""
     ws = tea_notebook.Workspace(tmp_path / "closing", embedder="hashing")
     agent = ws.agent("once", model=ScriptedModel([call("done", success=True, text="FINAL ANSWER: 1")]).name, tools=[])
     results = evaluate(ws, agent, _tasks()[:1], name="once", progress="off")
     traj = ws.trajectory(results["t0"].run_id)
     ws.close()
     data, _ = traj._repr_mimebundle_()
-    assert data[MIME_TYPE]["status"] == "success" and "evaluation" not in data[MIME_TYPE]
+    assert data[MIME_TYPE]["status"] == "success" and "evaluation" in data[MIME_TYPE]
+    assert data[MIME_TYPE]["steps"]  # its steps, read after the close
+    with pytest.raises(sqlite3.ProgrammingError):  # writing stays refused
+        ws.db.set_meta("after", "close")
 
 
 def test_the_headline_counts_over_the_scored_samples_and_a_provider_failure_once(ws, warm_litellm):

@@ -576,7 +576,9 @@ VOWELS_1 = "How many vowels are in the word 'onomatopoeia'?"
 VOWELS_2 = "How many vowels are in the word 'encyclopedia'?"
 
 
-def test_evolve_two_task_stream_with_the_live_view(ip, ws, shown):
+def test_evolve_two_task_stream_with_the_live_view(ip, ws, shown, monkeypatch):
+    # every stage's own update, whatever the byte budget would hold back (test_live_increments tests the budget)
+    monkeypatch.setattr("tea_notebook.notebook.live.LIVE_BASE_BYTES", 10**9)
     model = ScriptedModel(world)
     first = tea(ip, f'evolve --model {model.name} --ground-truth 8 "{VOWELS_1}"')
     assert isinstance(first, EvolutionResult) and not first.success and first.answer == "7"

@@ -37,6 +37,7 @@ FLOORS: dict[str, int] = {
     "_sync": 0,
     "_threads": 0,
     "_safe_open": 0,
+    "_poll": 0,
     "redaction": 0,
     "secret_detection": 0,  # content-based secret detection, used by redaction
     "answers": 0,

@@ -256,6 +256,20 @@ def test_bubblewrap_binds_the_folder_the_host_checked_not_what_its_path_leads_to
         return fd
 
     sb._prepare_folders = prepare_then_swap  # type: ignore[method-assign]
+    from tea_notebook.envs import boundary
+    from tea_notebook.envs.base import EnvironmentFailure
+
+    if boundary.unprivileged_host() is not None:
+        # root starts the sandbox as nobody: its binds are staged by path, then checked against the
+        # descriptor the host opened; a folder swapped meanwhile is refused, never bound
+        try:
+            with pytest.raises(EnvironmentFailure, match="no longer the one the host checked"):
+                sb.exec_sync("open('made-inside.txt', 'w').write('hello')")
+        finally:
+            sb.kill()
+        assert not (moved / "count-0" / "sandbox" / "made-inside.txt").exists()
+        assert [p for p in outside["folder"].rglob("*") if p.is_file()] == []
+        return
     try:
         result = sb.exec_sync("open('made-inside.txt', 'w').write('hello')")
         assert result.error is None, result.text()

@@ -77,7 +77,12 @@ def test_updates_carry_changes_and_the_view_shows_every_step_and_survives_a_relo
         assert carrying and not carrying[0]["partial"]  # the first is whole
         partial = [u for u in carrying[1:] if u["partial"]]
         assert len(partial) >= 3 and len(partial) == len(carrying) - 1, updates
-        assert max(u["steps"] for u in partial) <= 6 < shown  # each carries a few steps; the view shows all
+        # each carries the steps made since the one before (a held update coalesces several: the view's
+        # byte budget), never all of them; the view shows all
+        assert (
+            max(u["steps"] for u in partial) < shown
+            and sum(u["steps"] for u in partial) >= shown - carrying[0]["steps"]
+        )
         assert max(u["bytes"] for u in partial) < 12_000, updates
         assert lp.cell(3).locator("[data-tea=status]").first.inner_text() == "running"
         assert lp.cell(3).locator("[data-tea=incomplete]").count() == 0

@@ -383,3 +383,15 @@ def test_hostile_inputs_take_linear_time():
         started = time.perf_counter()
         find_secrets(text)
         assert time.perf_counter() - started < 10, text[:30]
+
+
+def test_a_random_looking_key_of_a_mapping_is_a_name_but_a_known_format_key_is_still_a_secret():
+    # a schema's property named like a token stays (export/import round-trips it); its value does not
+    token = "g000011223456789ABCDqZ"
+    github = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
+    schema = {"properties": {token: {"type": "string"}}, "required": [token], github: 1}
+    out = redact(schema, keys=False)  # a structural document: names are also values (required)
+    assert token in out["properties"] and out["required"] == [token]
+    assert github not in json.dumps(out)
+    event = redact({token: "x", "note": token})  # an event: a key is a name, a value is content
+    assert token in event and event["note"] != token

@@ -34,7 +34,6 @@ import contextlib
 import json
 import os
 import re
-import select
 import signal
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +43,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError as JSONSchemaError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from tea_notebook._poll import readable
 from tea_notebook.envs.base import Environment, EnvironmentFailure
 from tea_notebook.envs.safe_open import Beneath
 from tea_notebook.envs.sessions import EnvironmentRuntime, session_key
@@ -522,7 +522,7 @@ class MCPConnection(Environment):
         if self.session is None or self.closed:
             return False
         if self._pidfd is not None:  # exited (a zombie not yet reaped included): the fd is readable
-            return not select.select([self._pidfd], [], [], 0)[0]
+            return not readable(self._pidfd, 0)
         return self.pid is None or _process_alive(self.pid)
 
     def _close_pidfd(self) -> None:

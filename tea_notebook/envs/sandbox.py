@@ -21,7 +21,6 @@ import errno
 import itertools
 import json
 import os
-import select
 import shutil
 import signal
 import stat
@@ -35,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tea_notebook._poll import readable
 from tea_notebook._safe_open import folder_beneath
 from tea_notebook.egress import BRIDGE_SCRIPT
 from tea_notebook.envs import boundary
@@ -51,6 +51,7 @@ PACKAGE = Path(__file__).resolve().parents[1]  # tea_notebook/, bound read-only 
 QUOTA_WATCH = 0.25  # seconds between the supervisor's checks of the run folder, during calls and between them
 MAX_ENTRIES = 100_000  # files and folders a run folder may hold
 MAX_REFUSALS_TOLD = 5  # refused network requests listed in one observation
+STAGING_REFUSED = 125  # the exit status of _stage_child.py when it refused to stage (bubblewrap never ran)
 # what sandboxed code inherits from the parent's environment; nothing else (no keys, no tokens)
 PASSED_VARIABLES = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM")
 UNPRIVILEGED = boundary.SANDBOX_UID  # nobody
@@ -455,7 +456,14 @@ class PythonSandbox(Environment):
         hello = self._read_line(time.monotonic() + 15)
         self._remove_stage()  # bubblewrap has bound what it staged (or never will)
         if hello is None or not hello.get("ready"):
+            status = _exit_status(self._proc)
             self.kill()
+            if status == STAGING_REFUSED and stage is not None:
+                raise EnvironmentFailure(
+                    "the sandbox was not started: a folder it binds is no longer the one the host checked "
+                    "(its path was changed to lead elsewhere while the sandbox started), or the kernel refused "
+                    "to stage its binds for the unprivileged user it runs as"
+                )
             raise EnvironmentFailure("the sandbox process did not start (it exited before saying it was ready)")
         self._info = {**hello, "startup": time.perf_counter() - started, "isolated": bool(prefix)}
         inside = _descendants(self._proc.pid)  # bwrap's init, the supervisor, the worker (nothing else runs yet)
@@ -523,8 +531,7 @@ class PythonSandbox(Environment):
                 if remaining <= 0 or self._proc is not proc:
                     return None
                 try:
-                    ready, _, _ = select.select([fd], [], [], min(remaining, 0.5))
-                    if not ready:
+                    if not readable(fd, min(remaining, 0.5)):
                         continue
                     chunk = os.read(fd, 65536)
                 except (OSError, ValueError):
@@ -1058,6 +1065,18 @@ def _reachable_by_others(folder: Path) -> bool:
 
 
 _SPAWNER: "concurrent.futures.ThreadPoolExecutor | None" = None
+
+
+def _exit_status(proc: "subprocess.Popen[bytes] | None") -> int | None:
+    """The exit status of a process that has ended or ends within a second (None: still running)."""
+    if proc is None:
+        return None
+    try:
+        return proc.wait(timeout=1.0)
+    except subprocess.TimeoutExpired:
+        return None
+
+
 _SPAWNER_LOCK = threading.Lock()
 
 

@@ -233,8 +233,9 @@ class ToolProcess:
                 self.kill()
                 self.gone = "the tool did not answer within %g s and was stopped" % timeout
                 return None
-            ready, _, _ = select.select([self.answers], [], [], remaining)
-            if ready:
+            poller = select.poll()  # not select.select: a descriptor past 1023 is refused there
+            poller.register(self.answers, select.POLLIN)
+            if poller.poll(remaining * 1000):
                 chunk = os.read(self.answers, 1 << 20)
                 if not chunk:
                     self.kill()

@@ -453,10 +453,20 @@ class IntentJournal:
 
     def close(self) -> None:
         """Close the file, and remove it when what it held was committed (otherwise the next open
-        after this process has ended inserts it)."""
-        os.close(self._fd)
+        after this process has ended inserts it). Closing twice does nothing."""
+        fd, self._fd = getattr(self, "_fd", -1), -1
+        if fd < 0:
+            return
+        os.close(fd)
         if not self._dirty:
             self.path.unlink(missing_ok=True)
+
+    def __del__(self) -> None:
+        # a workspace dropped without ws.close() must not keep the descriptor for the life of the process
+        try:
+            self.close()
+        except OSError:
+            pass
 
 
 def _read_intents(path: Path) -> tuple[dict[str, Any], list[tuple], dict[str, str | tuple[int, list]]] | None:
@@ -491,6 +501,7 @@ class Database:
             _create(self.path)
         _check_is_ours(self.path)
         self._lock = threading.RLock()
+        self._closed = False
         self._journals: list[IntentJournal] = []
         try:
             self._conn = sqlite3.connect(self.path, timeout=60.0, isolation_level=None, check_same_thread=False)
@@ -527,8 +538,25 @@ class Database:
             cur.execute("COMMIT")
 
     def _read(self, sql: str, args: tuple = ()) -> list[tuple]:
+        if self._closed:
+            return self._read_closed(sql, args)
         with self._lock, self._naming_damage():
             return self._conn.execute(sql, args).fetchall()
+
+    def _read_closed(self, sql: str, args: tuple) -> list[tuple]:
+        """A read after :meth:`close`, from the file through a read-only connection of its own: what was
+        loaded lazily before the close (a trajectory's steps) can still be shown; writes stay refused."""
+        from urllib.parse import quote
+
+        try:
+            conn = sqlite3.connect(f"file:{quote(str(self.path))}?mode=ro", uri=True, timeout=60.0)
+        except sqlite3.Error as exc:
+            raise WorkspaceError(f"workspace database {self.path} was closed and cannot be read again: {exc}") from None
+        try:
+            with self._naming_damage():
+                return conn.execute(sql, args).fetchall()
+        finally:
+            conn.close()
 
     @contextmanager
     def _naming_damage(self) -> Iterator[None]:
@@ -583,8 +611,10 @@ class Database:
         )
 
     def close(self) -> None:
-        """Close the connection (the file stays) and the intent journals."""
+        """Close the connection (the file stays) and the intent journals. Reads still work afterwards,
+        each through a read-only connection of its own (:meth:`_read_closed`)."""
         with self._lock:
+            self._closed = True
             self._conn.close()
             for journal in self._journals:
                 journal.close()
