@@ -143,27 +143,38 @@ def test_recovery_takes_a_dead_writers_journal_once_and_leaves_a_live_ones(tmp_p
     assert not mine.path.exists() or mine.path.read_text().count("\n") > 1  # kept only if never committed
 
 
+_DROP_WORKSPACES = """
+import gc, os, sys
+import tea_notebook
+from tea_notebook.models.offline import ScriptedModel, call
+
+def run_and_drop(i):
+    ws = tea_notebook.Workspace(os.path.join(sys.argv[1], f"ws{i}"), embedder="hashing")
+
+    @ws.tools.tool
+    def echo(n: int) -> str:
+        \"\"\"Say the number.\"\"\"
+        return str(n)
+
+    script = ScriptedModel([call("echo", n=i), call("done", success=True, text="ok")])
+    assert ws.agent("a", model=script.name, tools=["echo"]).run_sync("go").success
+
+run_and_drop(0)  # the first one opens what every later one shares (the background loop, caches)
+gc.collect()
+before = len(os.listdir("/proc/self/fd"))
+for i in range(1, 21):
+    run_and_drop(i)
+gc.collect()
+print(len(os.listdir("/proc/self/fd")) - before)
+"""
+
+
 def test_a_workspace_dropped_without_close_gives_its_journal_descriptor_back(tmp_path):
     """Each agent run's workspace keeps an intent journal open; dropped without ``ws.close()`` (as a
-    notebook or a test suite does), it must not keep the descriptor for the life of the process
-    (a long kernel would reach descriptor numbers ``select`` refuses)."""
-    import gc
-
-    def run_and_drop(i: int) -> None:
-        ws = tea_notebook.Workspace(tmp_path / f"ws{i}", embedder="hashing")
-
-        @ws.tools.tool
-        def echo(n: int) -> str:
-            """Say the number."""
-            return str(n)
-
-        script = ScriptedModel([call("echo", n=i), call("done", success=True, text="ok")])
-        assert ws.agent("a", model=script.name, tools=["echo"]).run_sync("go").success
-
-    run_and_drop(0)  # the first one opens what every later one shares (the background loop, caches)
-    gc.collect()
-    before = len(os.listdir("/proc/self/fd"))
-    for i in range(1, 21):
-        run_and_drop(i)
-    gc.collect()
-    assert len(os.listdir("/proc/self/fd")) - before < 5
+    notebook does), it must not keep the descriptor for the life of the process (a long kernel would
+    reach descriptor numbers ``select`` refuses). A fresh interpreter: nothing else holds workspaces."""
+    script = tmp_path / "drop_workspaces.py"  # a file: a tool's source must be readable
+    script.write_text(_DROP_WORKSPACES)
+    done = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert int(done.stdout.strip().splitlines()[-1]) < 5, done.stdout
