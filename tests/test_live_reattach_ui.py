@@ -65,7 +65,13 @@ def _running_seconds(lp: Page, index: int) -> int:
 
 
 def _count(lp: Page, index: int) -> int:
-    return int(lp.cell(index).locator(".tea-traj .tea-count").first.inner_text().split()[0])
+    """The step count the cell's view shows (read again while the view is being replaced: empty for a moment)."""
+    deadline = time.monotonic() + 10
+    while True:
+        words = lp.cell(index).locator(".tea-traj .tea-count").first.inner_text().split()
+        if words and words[0].isdigit() or time.monotonic() > deadline:
+            return int(words[0])
+        time.sleep(0.1)
 
 
 def test_running_step_reload_and_restart(lab, browser, shots):  # noqa: F811
