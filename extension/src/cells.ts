@@ -46,6 +46,7 @@ import {
   statusText,
   teaMetaFor
 } from './cellproposals';
+import { CellRunWatch } from './cellrun';
 import { el } from './dom';
 
 /** Where a cell's decorations live (created once per cell widget). */
@@ -127,15 +128,7 @@ export class NotebookCells {
     if (msg.channel !== 'iopub') {
       return;
     }
-    if (msg.header.msg_type === 'execute_input') {
-      this.executed = true;
-    } else if (
-      msg.header.msg_type === 'status' &&
-      (msg.content as KernelMessage.IStatusMsg['content']).execution_state === 'idle' &&
-      this.executed &&
-      !this.comm
-    ) {
-      this.executed = false;
+    if (this.cellRuns.ended(msg, !this.comm)) {
       this.connect();
     }
   }
@@ -686,7 +679,7 @@ export class NotebookCells {
   private kernel: Kernel.IKernelConnection | null = null;
   private comm: Kernel.IComm | null = null;
   private answered = false;
-  private executed = false;
+  private cellRuns = new CellRunWatch();
   private restarted = false;
   private scheduled = false;
   /** proposals waiting for the person, by id */

@@ -18,6 +18,7 @@ import type { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
 import type { Kernel, KernelMessage } from '@jupyterlab/services';
 import { Widget } from '@lumino/widgets';
 
+import { CellRunWatch } from './cellrun';
 import { askKernel, panelFor } from './context';
 import { Detail, describeDetail, label } from './details';
 import { el, highlighted } from './dom';
@@ -153,15 +154,7 @@ export class TeaSidebar extends Widget {
 
   /** After a cell ran (maybe `%load_ext tea_notebook`), try the comm again if it is not open. */
   private onIOPub(_: Kernel.IKernelConnection, msg: KernelMessage.IIOPubMessage): void {
-    if (msg.header.msg_type === 'execute_input') {
-      this.executed = true;
-    } else if (
-      msg.header.msg_type === 'status' &&
-      (msg.content as KernelMessage.IStatusMsg['content']).execution_state === 'idle' &&
-      this.executed &&
-      !this.comm
-    ) {
-      this.executed = false;
+    if (this.cellRuns.ended(msg, !this.comm)) {
       this.connect();
     }
   }
@@ -308,7 +301,7 @@ export class TeaSidebar extends Widget {
   private panel: NotebookPanel | null = null;
   private kernel: Kernel.IKernelConnection | null = null;
   private comm: Kernel.IComm | null = null;
-  private executed = false;
+  private cellRuns = new CellRunWatch();
   private _state: IWorkspaceState | null = null;
   private openSections = new Set<string>(['tools', 'runs']);
   private openItems = new Set<string>();
