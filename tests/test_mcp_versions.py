@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 from loopback_http import free_port, start_listening
+from test_mcp import stop
 
 import tea_notebook
 from tea_notebook.errors import TeaError
@@ -57,16 +58,6 @@ for line in sys.stdin:
         continue
     print(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": result}), flush=True)
 """
-
-
-def stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
 
 
 @pytest.fixture
