@@ -96,9 +96,9 @@ def record(steps: int, observations: list[str]) -> list[tuple[Any, bool]]:
     calls: list[tuple[Any, bool]] = []
     original = redaction.redact
 
-    def recording(value: Any, *, keys: bool = True) -> Any:
+    def recording(value: Any, *, keys: bool = True, **options: Any) -> Any:
         calls.append((value, keys))
-        return original(value, keys=keys)
+        return original(value, keys=keys, **options)
 
     # every module that imported ``redact`` by name calls it through its own global
     users = [m for m in list(sys.modules.values()) if getattr(m, "redact", None) is original]

@@ -3,7 +3,7 @@
     .venv/bin/python bench/bench_runtime.py [--write] [--repeat 3] [--steps 50 200]
 
 Both agents follow the same scripted trajectory: model call i (1-based) asks for
-``lookup(key="k{i}")`` for i <= N, then call N+1 finishes (``done`` on our side, smolagents'
+``lookup(key="k{i}-{run}")`` (keys new in every run) for i <= N, then call N+1 finishes (``done`` on our side, smolagents'
 ``final_answer`` on theirs). ``lookup`` is instant and returns a 200-character string. So a run is
 N+1 steps and N tool calls, and every millisecond that is not spent inside the model call is the
 framework's.
@@ -71,15 +71,23 @@ def lookup_value(key: str) -> str:
     return (f"value of {key}: " + FILLER)[:200]
 
 
+_RUNS = itertools.count(1)
+
+
 class Script:
-    """The shared trajectory: call i is lookup(key=f"k{i}") for i <= n, then ``finish``."""
+    """The shared trajectory: call i is lookup(key=f"k{i}-{run}") for i <= n, then ``finish``.
+
+    Each script (each run, on either side) has keys of its own, so its tool results are texts no run
+    before it saw, as a real run's are: a cache of earlier runs' texts (the redaction memo) helps no
+    more than it would in a kernel that runs one new task after another."""
 
     def __init__(self, n: int, finish: dict[str, Any]):
         self.n, self.finish, self.i = n, finish, 0
+        self.run = next(_RUNS)
 
     def __call__(self, messages: Any = None, tools: Any = None) -> dict[str, Any]:
         self.i += 1
-        item = call("lookup", key=f"k{self.i}") if self.i <= self.n else self.finish
+        item = call("lookup", key=f"k{self.i}-{self.run}") if self.i <= self.n else self.finish
         return {**item, "id": f"call_{self.i}"}  # the same ids on every side and way (smolagents shows them)
 
 
@@ -454,7 +462,10 @@ def ablations() -> dict[str, list[tuple[Any, str, Any]]]:
             (AgentRun, "_durable_before_tool", lambda self: NoTimer())
         ],
         "stored context (parts, diff, blobs)": [(contexts.ContextRecorder, "record", lambda self, *a, **k: None)],
-        "redaction (events and context parts)": [(events, "redact", lambda d: d), (contexts, "redact", lambda d: d)],
+        "redaction (events and context parts)": [
+            (events, "redact", lambda d, **k: d),
+            (contexts, "redact", lambda d: d),
+        ],
         "input_hash (sha256 of the messages)": [(DivergenceWatch, "input_hash", lambda self, *a, **k: "")],
         "toolkit-context snapshot and compare": [
             (Context, "snapshot", lambda self: {"succeeded": [], "state": {}}),
@@ -489,17 +500,25 @@ def spread3(values: list[float]) -> dict[str, float]:
 
 def bench_pairs(steps: list[int], pairs: int) -> dict[str, Any]:
     """Ours and smolagents (way a), run back to back ``pairs`` times per length: process CPU per
-    step of each, and the ratio within each pair."""
+    step of each, and the ratio within each pair; between them ours with every part of
+    :func:`ablations` switched off at once (the loop itself, without its guarantees)."""
+    every_part = [patch for patches in ablations().values() for patch in patches]
     for n in steps:  # warm-up at every length (a 50-step run folds memory: its first fold imports numpy)
         run_ours(n, "a"), run_smol(n, "a")
+        with switched_off(every_part):
+            run_ours(n, "a")
     out: dict[str, Any] = {}
     for n in steps:
-        ours, smol, ratio, ours_wall, smol_wall = [], [], [], [], []
+        ours, smol, ratio, ours_wall, smol_wall, bare = [], [], [], [], [], []
         for _ in range(pairs):
             gc.collect()
             o = run_ours(n, "a")
             gc.collect()
+            with switched_off(every_part):
+                b = run_ours(n, "a")
+            gc.collect()
             s = run_smol(n, "a")
+            bare.append(1000 * b["cpu"] / b["steps"])
             ours.append(1000 * o["cpu"] / o["steps"])
             smol.append(1000 * s["cpu"] / s["steps"])
             ours_wall.append(1000 * o["wall"] / o["steps"])
@@ -507,6 +526,7 @@ def bench_pairs(steps: list[int], pairs: int) -> dict[str, Any]:
             ratio.append(ours[-1] / smol[-1])
         out[str(n)] = {
             "ours_cpu_ms": spread3(ours),
+            "bare_cpu_ms": spread3(bare),
             "smol_cpu_ms": spread3(smol),
             "ratio": spread3(ratio),
             "ours_wall_ms": spread3(ours_wall),
@@ -549,8 +569,9 @@ def render_pairs(results: dict) -> str:
             f"Interleaved pairs (way a; {results['n_pairs']} pairs per length; process CPU time per step, every "
             "thread; min / median / max):",
             "",
-            "| steps | ours CPU | smolagents CPU | ours ÷ smolagents (per pair) | ours wall | smolagents wall |",
-            "|---|---|---|---|---|---|",
+            "| steps | ours CPU | smolagents CPU | ours ÷ smolagents (per pair) | ours wall | smolagents wall "
+            "| ours, every part of the ablation below switched off (the loop alone), CPU |",
+            "|---|---|---|---|---|---|---|",
         ]
         for n, r in pairs.items():
 
@@ -559,7 +580,7 @@ def render_pairs(results: dict) -> str:
 
             lines.append(
                 f"| {n} | {f(r['ours_cpu_ms'])} ms | {f(r['smol_cpu_ms'])} ms | {f(r['ratio'])}× | "
-                f"{f(r['ours_wall_ms'])} ms | {f(r['smol_wall_ms'])} ms |"
+                f"{f(r['ours_wall_ms'])} ms | {f(r['smol_wall_ms'])} ms | {f(r['bare_cpu_ms'])} ms |"
             )
         lines.append("")
     ablation = results.get("ablation")
@@ -598,7 +619,11 @@ def standing(results: dict) -> str:
     for n, r in (results.get("pairs") or {}).items():
         ours, smol, ratio = r["ours_cpu_ms"]["median"], r["smol_cpu_ms"]["median"], r["ratio"]["median"]
         word = "slower" if ratio > 1 else "faster"
-        parts.append(f"{n}-step run **{ratio:.2f}×** ({ours:.2f} vs {smol:.2f} ms, {word})")
+        bare = r["bare_cpu_ms"]["median"]
+        parts.append(
+            f"{n}-step run **{ratio:.2f}×** ({ours:.2f} vs {smol:.2f} ms, {word}; the loop alone, every part of "
+            f"the ablation switched off, {bare:.2f} ms: {bare / smol:.2f}×)"
+        )
     o = results["overhead"]
     for n in results["steps"]:
         ours, smol = o[f"ours/a/{n}"]["cpu_ms"], o[f"smolagents/a/{n}"]["cpu_ms"]
@@ -730,9 +755,12 @@ average (1-min) {results["load"][0]:.2f} before, {results["load"][1]:.2f} after,
 
 {standing(results)}
 
-Both agents follow the same scripted trajectory: model call *i* asks for `lookup(key="k<i>")` for
+Both agents follow the same scripted trajectory: model call *i* asks for `lookup(key="k<i>-<run>")` for
 *i* ≤ N, then call N+1 finishes (`done` for ours, `final_answer` for smolagents), so an N-step run
-is N+1 steps. `lookup` is instant and returns 200 characters. Ours: `ws.agent("bench",
+is N+1 steps. `lookup` is instant and returns 200 characters. The keys are new in every run (`<run>` counts
+the runs of the process, on both sides), so each run's tool results are texts no earlier run saw, as a real
+run's are: before 2026-11-29 every run repeated the same keys, and our redaction memo answered them from the
+run before (worth about 0.1 ms a step to us, not to smolagents, which redacts nothing). Ours: `ws.agent("bench",
 tools=["lookup"], max_steps=N+1, memory_budget={MEMORY_BUDGET}, keep_recent_steps={KEEP_RECENT})` in a fresh workspace
 (hashing embedder); smolagents: `ToolCallingAgent(tools=[lookup], model=..., max_steps=N+1,
 verbosity_level=0)`. The scripted model is plugged in two ways:

@@ -7,6 +7,9 @@ store's settings): the workspace's own ``Database`` (its schema, its lock, ``BEG
 and a bare ``sqlite3`` connection with the same ``events`` table (one ``INSERT`` and a ``COMMIT``). For 1 row
 (one event) and 5 rows (a step's events), the two take turns call by call (the order alternating), n
 calls each after a warm-up; wall and CPU time (``time.process_time``) per call, min / median / max.
+Then the bytes each writer adds to its WAL per call (checkpoints off for that pass, mean of 200 calls):
+a WAL frame is a whole page, so this counts the pages a commit writes. The bare table is the one a
+new workspace makes (``seq`` without AUTOINCREMENT since issue 32).
 """
 
 from __future__ import annotations
@@ -30,9 +33,10 @@ from _common import command_line, machine, parse_args, publish  # noqa: E402
 from tea_notebook.store.database import Database  # noqa: E402
 
 EVENTS = """CREATE TABLE events(
-    seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL UNIQUE, run_id TEXT NOT NULL,
+    seq INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, run_id TEXT NOT NULL,
     parent_id TEXT, type TEXT NOT NULL, step INTEGER, time REAL NOT NULL, data TEXT NOT NULL);
 CREATE INDEX events_by_run ON events(run_id, seq);"""
+WAL_CALLS = 200  # calls of each writer whose WAL growth is counted
 DATA = json.dumps({"root_run": "r" * 21, "agent": "bench", "name": "lookup", "observation": "v" * 200})
 
 
@@ -86,6 +90,15 @@ def measure(n: int) -> dict[str, dict[str, list[float]]]:
                     writers[name](k)
                     out[name]["wall"].append(time.perf_counter() - wall)
                     out[name]["cpu"].append(time.process_time() - cpu)
+        for each in (db._conn, conn):
+            each.execute("PRAGMA wal_autocheckpoint=0")
+        out["page"] = {"bytes": [float(db._conn.execute("PRAGMA page_size").fetchone()[0])]}
+        for k in (1, 5):
+            for name, wal_path in ((f"ours/{k}", Path(tmp) / "tea.db-wal"), (f"bare/{k}", Path(tmp) / "bare.db-wal")):
+                before = wal_path.stat().st_size
+                for _ in range(WAL_CALLS):
+                    (ours if name.startswith("ours") else plain)(k)
+                out[name]["wal"] = [(wal_path.stat().st_size - before) / WAL_CALLS]
         db.close()
         conn.close()
     return out
@@ -105,7 +118,7 @@ def main() -> None:
         ratio = statistics.median(o["cpu"]) / statistics.median(b["cpu"])
         rows.append(
             f"| {what} | {spread(o['wall'])} | {spread(o['cpu'])} | {spread(b['wall'])} | {spread(b['cpu'])} "
-            f"| {ratio:.2f}× | {args.n} |"
+            f"| {ratio:.2f}× | {o['wal'][0]:,.0f} / {b['wal'][0]:,.0f} | {args.n} |"
         )
     section = f"""## Event writes against a bare SQLite commit
 
@@ -116,10 +129,11 @@ The floor of the runtime's event write (the "one SQLite transaction holding one 
 the store's `Database.append_events` (its lock, `BEGIN IMMEDIATE`, the insert, `COMMIT`) against a bare
 `sqlite3` connection doing the same insert and commit on a table of the same schema, both in WAL mode with
 `synchronous=NORMAL`, each in a fresh file; the two take turns call by call. Microseconds per call,
-min / **median** / max; the ratio is of the CPU medians.
+min / **median** / max; the ratio is of the CPU medians. WAL bytes: what each call adds to the WAL
+(checkpoints off, mean of {WAL_CALLS} calls; a frame is a {got["page"]["bytes"][0]:.0f}-byte page and 24 bytes of header).
 
-| transaction | ours, wall µs | ours, CPU µs | bare SQLite, wall µs | bare SQLite, CPU µs | ours ÷ bare (CPU) | n |
-|---|---|---|---|---|---|---|
+| transaction | ours, wall µs | ours, CPU µs | bare SQLite, wall µs | bare SQLite, CPU µs | ours ÷ bare (CPU) | WAL bytes, ours / bare | n |
+|---|---|---|---|---|---|---|---|
 {chr(10).join(rows)}
 """
     publish(section, args.write)

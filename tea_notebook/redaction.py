@@ -30,8 +30,10 @@ import html
 import json
 import os
 import re
+import string
+import sys
 import threading
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 from urllib.parse import quote, quote_plus
 
 from tea_notebook.secret_detection import LABEL, encoded_forms, find_secrets, replace_spans
@@ -137,10 +139,86 @@ class _Known:
 _known = _Known()
 
 
-def _key_values(text: str, pattern: re.Pattern[str]) -> str:
+# A ``name=value`` match holds a key word in its name, at most 60 characters after the name starts
+# (_CANDIDATE): the places a match can start are found from the key words (str.find), and the
+# patterns tried there alone (Pattern.match) instead of at every character of the text.
+_NAME_CHARS = string.ascii_letters + string.digits + "_-"  # [\w\-] in ASCII text
+_NEAR_SPACING = 32  # a text with a key word every 32 characters or more often is scanned whole
+_NEAR_FROM = 32  # characters: a text up to this long is scanned whole (as fast as finding the places)
+
+
+def _key_word_places(lower: str) -> list[int] | None:
+    """Where a key word starts in ``lower``, in order; None when there are too many to try one by one."""
+    found: list[int] = []
+    most = len(lower) // _NEAR_SPACING
+    for word in _KEY_WORDS:
+        at = lower.find(word)
+        while at >= 0:
+            found.append(at)
+            if len(found) > most:
+                return None
+            at = lower.find(word, at + 1)
+    found.sort()
+    return found
+
+
+def _match_starts(text: str, places: list[int]) -> tuple[list[int], list[int], list[int]]:
+    """Where each pattern of :data:`_KEY_VALUE` can match, given the key words' places: a quote
+    before a name, a name (the start of its run of name characters), a line's start."""
+    quoted, bare, lines = set(), set(), set()
+    line = after = 0
+    for at in places:  # in order: each new line is looked for from the last place on
+        newline = text.rfind("\n", after, at)
+        if newline >= 0:
+            line = newline + 1
+        after = at
+        lines.add(line)
+        before = text[max(0, at - 61) : at]
+        run = len(before) - len(before.rstrip(_NAME_CHARS))
+        if run > 60:
+            continue  # the run of name characters starts more than 60 characters before the word
+        start = at - run
+        bare.add(start)
+        if start and text[start - 1] in "\"'":
+            quoted.add(start - 1)
+    return sorted(quoted), sorted(bare), sorted(lines)
+
+
+def _matches_at(pattern: re.Pattern[str], text: str, starts: list[int]) -> Iterator[re.Match[str]]:
+    """What ``pattern.finditer(text)`` finds when it can only match at ``starts``."""
+    end = 0
+    for at in starts:
+        if at >= end:
+            match = pattern.match(text, at)
+            if match is not None:
+                end = match.end()
+                yield match
+
+
+def _all_key_values(text: str, lower: str) -> str:
+    """``text`` with the values of its secret-named ``name=value`` pairs replaced (each pattern of
+    :data:`_KEY_VALUE` in turn)."""
+    # a short text is scanned whole (as fast); lower() and case folding agree on places only in ASCII
+    if len(text) <= _NEAR_FROM or not text.isascii():
+        for pattern in _KEY_VALUE:
+            text = _key_values(text, pattern)
+        return text
+    starts = None
+    for i, pattern in enumerate(_KEY_VALUE):
+        if starts is None:
+            places = _key_word_places(lower)
+            starts = _match_starts(text, places) if places is not None else None
+        before = text
+        text = _key_values(text, pattern, starts[i] if starts is not None else None)
+        if text is not before:  # the places moved
+            lower, starts = text.lower(), None
+    return text
+
+
+def _key_values(text: str, pattern: re.Pattern[str], starts: list[int] | None = None) -> str:
     out: list[str] = []
     done = 0
-    for match in pattern.finditer(text):
+    for match in pattern.finditer(text) if starts is None else _matches_at(pattern, text, starts):
         if match.start() < done or not is_secret_name(match.group("name")):
             continue
         found = _VALUE.match(text, match.end())
@@ -166,23 +244,172 @@ def _credential(match: re.Match[str]) -> str:
 _KEY_WORDS = ("pass", "secret", "token", "auth", "cred", "cookie", "key")
 _MEMO_CHARS = 4096  # texts up to this long are remembered: the same text recurs across a step's events
 _MEMO_SIZE = 2048
-_memo: dict[tuple[str, bool, bool], tuple[dict[str, str], str]] = {}
+_LONG_TEXTS = 8  # longer texts remembered (a tool's long result is in its tool_result and its step event)
+_LONG_CHARS = 32 * 1024 * 1024
+_SCALARS = frozenset({int, float, bool, type(None)})
 
 
-def _text(text: str, known: re.Pattern[str] | None, labels: dict[str, str], keys: bool, name: bool = False) -> str:
-    """``text`` redacted; ``name``: it is a mapping's key (structure: a random-looking name is not taken
-    for a secret, a token of a known format still is)."""
-    if len(text) > _MEMO_CHARS:
-        return _scan(text, known, labels, keys, name)
-    # an entry holds the labels it was made with: a secret exported since then misses the memo
-    hit = _memo.get((text, keys, name))
-    if hit is not None and hit[0] is labels:
-        return hit[1]
-    out = _scan(text, known, labels, keys, name)
-    if len(_memo) >= _MEMO_SIZE:
-        _memo.clear()
-    _memo[(text, keys, name)] = (labels, out)
-    return out
+class _Memo:
+    """What texts were redacted to against one set of known secrets (``labels``): swapped whole when
+    the secrets change, so an answer made with other secrets is never served (also while another
+    thread still fills the old one)."""
+
+    __slots__ = ("labels", "values", "structure", "names", "long", "long_chars")
+
+    def __init__(self, labels: dict[str, str]):
+        self.labels = labels
+        self.values: dict[str, str] = {}  # a text redacted with keys=True
+        self.structure: dict[str, str] = {}  # with keys=False
+        self.names: dict[str, tuple[str, bool]] = {}  # a mapping's key: (redacted, a secret name)
+        self.long: dict[tuple[str, bool], str] = {}  # texts over _MEMO_CHARS, the last few
+        self.long_chars = 0
+
+    def clear(self) -> None:
+        """Forget every answer (a benchmark starts from an empty memo, as a new process does)."""
+        for answers in (self.values, self.structure, self.names, self.long):
+            answers.clear()
+        self.long_chars = 0
+
+
+_memo = _Memo({})
+
+
+def _memo_for(labels: dict[str, str]) -> _Memo:
+    global _memo
+    memo = _memo
+    if memo.labels is not labels:
+        memo = _memo = _Memo(labels)
+    return memo
+
+
+class _Walker:
+    """One walk of :func:`redact` over a value: what it redacts against and where the memo is."""
+
+    __slots__ = ("known", "labels", "keys", "memo", "texts", "names", "limit", "clip")
+
+    def __init__(
+        self,
+        known: re.Pattern[str] | None,
+        labels: dict[str, str],
+        keys: bool,
+        limit: int,
+        clip: Callable[[str], str] | None,
+    ):
+        self.known, self.labels, self.keys = known, labels, keys
+        self.memo = _memo_for(labels)
+        self.texts = self.memo.values if keys else self.memo.structure
+        self.names = self.memo.names
+        self.limit, self.clip = limit, clip
+
+    def text(self, text: str) -> str:
+        """``text`` redacted (remembered) and clipped."""
+        out = self.texts.get(text)
+        if out is None:
+            out = self.scan(text)
+        if len(out) > self.limit and self.clip is not None:
+            out = self.clip(out)
+        return out
+
+    def scan(self, text: str) -> str:
+        """``text`` redacted, through the memo (a miss is remembered)."""
+        memo = self.memo
+        if len(text) > _MEMO_CHARS:
+            key = (text, self.keys)
+            out = memo.long.get(key)
+            if out is None:
+                out = _scan(text, self.known, self.labels, self.keys)
+                if len(memo.long) >= _LONG_TEXTS or memo.long_chars + len(text) > _LONG_CHARS:
+                    memo.long.clear()
+                    memo.long_chars = 0
+                memo.long[key] = out
+                memo.long_chars += len(text)
+            return out
+        out = _scan(text, self.known, self.labels, self.keys)
+        if len(self.texts) >= _MEMO_SIZE:
+            self.texts.clear()
+        self.texts[text] = out
+        return out
+
+    def name(self, key: Any) -> tuple[str, bool]:
+        """A mapping's key redacted (structure: a random-looking name is not taken for a secret, a
+        token of a known format still is), and whether it names a secret."""
+        text = key if isinstance(key, str) else str(key)
+        if len(text) > _MEMO_CHARS:
+            name = _scan(text, self.known, self.labels, False, name=True)
+            return name, is_secret_name(name)
+        entry = self.names.get(text)
+        if entry is None:
+            name = _scan(text, self.known, self.labels, False, name=True)
+            entry = (name, is_secret_name(name))
+            if len(self.names) >= _MEMO_SIZE:
+                self.names.clear()
+            self.names[text] = entry
+        return entry
+
+    def walk(self, value: Any, depth: int) -> Any:
+        """``value`` redacted: the common types first, checked by exact type (cheaper than isinstance)."""
+        kind = type(value)
+        if kind is str:
+            return self.text(value)
+        if kind in _SCALARS:
+            return value
+        if kind is dict:
+            return self.mapping(value, depth)
+        if kind is list:
+            return self.sequence(value, depth)
+        return self.other(value, depth)
+
+    def mapping(self, value: Mapping[Any, Any], depth: int) -> Any:
+        if depth >= _MAX_DEPTH:
+            return "[nested too deep]"
+        names, texts, keys, limit = self.names, self.texts, self.keys, self.limit
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            entry = names.get(key) if type(key) is str else None  # other keys are named by their str()
+            name, secret = entry if entry is not None else self.name(key)
+            if secret and keys and item is not None and item != "":
+                out[name] = REDACTED
+                continue
+            kind = type(item)
+            if kind is str:
+                text = texts.get(item)
+                out[name] = self.text(item) if text is None or len(text) > limit else text
+            elif kind in _SCALARS:
+                out[name] = item
+            else:
+                out[name] = self.walk(item, depth + 1)
+        return out
+
+    def sequence(self, value: Any, depth: int) -> Any:
+        if depth >= _MAX_DEPTH:
+            return "[nested too deep]"
+        texts, limit = self.texts, self.limit
+        out: list[Any] = []
+        for item in value:
+            kind = type(item)
+            if kind is str:
+                text = texts.get(item)
+                out.append(self.text(item) if text is None or len(text) > limit else text)
+            elif kind in _SCALARS:
+                out.append(item)
+            else:
+                out.append(self.walk(item, depth + 1))
+        return out
+
+    def other(self, value: Any, depth: int) -> Any:
+        if isinstance(value, str):  # a str subclass
+            return self.text(value)
+        if value is None or isinstance(value, (bool, int, float)):
+            return value
+        if depth >= _MAX_DEPTH:
+            return "[nested too deep]"
+        if isinstance(value, Mapping):
+            return self.mapping(value, depth)
+        if isinstance(value, (list, tuple, set, frozenset)):
+            return self.sequence(value, depth)
+        if isinstance(value, (bytes, bytearray)):
+            return self.text(bytes(value).decode("utf-8", "replace"))
+        return self.text(str(value))
 
 
 def _scan(text: str, known: re.Pattern[str] | None, labels: dict[str, str], keys: bool, name: bool = False) -> str:
@@ -195,8 +422,7 @@ def _scan(text: str, known: re.Pattern[str] | None, labels: dict[str, str], keys
     if keys and ("=" in text or ":" in text):
         lower = text.lower()
         if any(word in lower for word in _KEY_WORDS):
-            for pattern in _KEY_VALUE:
-                text = _key_values(text, pattern)
+            text = _all_key_values(text, lower)
     # by content last (known formats, entropy, encodings; prose names a secret as a key name does,
     # so not with keys=False): what the passes above replaced is a label, no longer a candidate
     # entropy not for a name: a mapping's key, or in a structural document (keys=False) a value that is
@@ -212,37 +438,14 @@ def _holds(known: re.Pattern[str]) -> Callable[[str], bool]:
     return lambda decoded: known.search(decoded) is not None
 
 
-def _walk(value: Any, known: re.Pattern[str] | None, labels: dict[str, str], keys: bool, depth: int) -> Any:
-    if isinstance(value, str):
-        return _text(value, known, labels, keys)
-    if value is None or isinstance(value, (bool, int, float)):
-        return value
-    if depth >= _MAX_DEPTH:
-        return "[nested too deep]"
-    if type(value) is list:  # the common case first: an ABC check (Mapping) costs more than the walk
-        return [_walk(item, known, labels, keys, depth + 1) for item in value]
-    if isinstance(value, dict) or isinstance(value, Mapping):
-        out: dict[str, Any] = {}
-        for key, item in value.items():
-            name = _text(key if isinstance(key, str) else str(key), known, labels, False, name=True)
-            if keys and is_secret_name(name) and item is not None and item != "":
-                out[name] = REDACTED
-            else:
-                out[name] = _walk(item, known, labels, keys, depth + 1)
-        return out
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return [_walk(item, known, labels, keys, depth + 1) for item in value]
-    if isinstance(value, (bytes, bytearray)):
-        return _text(bytes(value).decode("utf-8", "replace"), known, labels, keys)
-    return _text(str(value), known, labels, keys)
-
-
-def redact(value: Any, *, keys: bool = True) -> Any:
+def redact(value: Any, *, keys: bool = True, clip: Callable[[str], str] | None = None, limit: int = 0) -> Any:
     """A copy of ``value`` with secrets replaced, made only of JSON types (dict, list, str, int,
     float, bool, None; tuples become lists, other objects their ``str``), ready for ``json.dumps``.
 
     ``keys=False`` redacts by value only: for documents whose key names are structure, not data
     (a tool manifest's parameter schemas name an ``api_key`` parameter without holding one).
+    ``clip``: called in the same walk with every redacted text (not a mapping's key) longer than
+    ``limit`` characters; what it returns takes the text's place (an event's long fields, clipped).
     """
     known, labels = _known.pattern()
-    return _walk(value, known, labels, keys, 0)
+    return _Walker(known, labels, keys, limit if clip is not None else sys.maxsize, clip).walk(value, 0)

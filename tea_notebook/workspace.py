@@ -17,14 +17,6 @@ from tea_notebook.protocol.context import Context
 from tea_notebook.protocol.current import CURRENT as _current
 from tea_notebook.protocol.current import current_workspace  # noqa: F401 - public here too
 from tea_notebook.protocol.ecp import EnvironmentRegistry
-from tea_notebook.protocol.records import (
-    AgentRecord,
-    EnvironmentRecord,
-    ExperienceRecord,
-    MemoryRecord,
-    ToolkitRecord,
-    ToolRecord,
-)
 from tea_notebook.protocol.registry import Registry
 from tea_notebook.protocol.tcp import ToolkitRegistry, ToolRegistry
 from tea_notebook.runtime.host import LiveAgents, RunHost
@@ -47,6 +39,7 @@ if TYPE_CHECKING:
     from tea_notebook.evolve.gate import PromotionGate
     from tea_notebook.evolve.lineage import Lineage
     from tea_notebook.evolve.toolmaker import ToolMaker
+    from tea_notebook.protocol.records import AgentRecord, ExperienceRecord, MemoryRecord
     from tea_notebook.runtime.agent import Agent, RunResult
     from tea_notebook.runtime.branches import Branches, Comparison
     from tea_notebook.runtime.events import EventLog
@@ -97,6 +90,7 @@ class Workspace:
         self._executor: "GeneratedToolExecutor | None" = None
         self._mcp: "MCPClients | None" = None
         self._egress: "EgressPolicy | None" = None
+        self._memory_store: "MemoryStore | None" = None
         stored = self.db.meta("embedder")
         self.embedder = resolve_embedder(embedder if embedder is not None else stored)
         spec = embedder_spec(self.embedder)
@@ -110,21 +104,22 @@ class Workspace:
                     stacklevel=2,
                 )
             self.db.set_meta("embedder", spec)
-        self.tools = ToolRegistry(self, ToolRecord)
+        # registries named by kind: their record classes (and pydantic) load with the first record made or read
+        self.tools = ToolRegistry(self, "tool")
         # TCP gets the out-of-process executor of generated tools and the tool manager from here too
         self.tools.executor = self._generated_tool_executor
         self.tools.tool_maker = _tool_maker
         self.tools.mcp = self._mcp_clients  # MCP import: sessions of ECP's session manager, from envs/
-        self.toolkits = ToolkitRegistry(self, ToolkitRecord)
+        self.toolkits = ToolkitRegistry(self, "toolkit")
         # ECP gets its session manager and built-in environments from here: protocol/ sits below envs/
         self.envs = EnvironmentRegistry(
-            self, EnvironmentRecord, manager_factory=SessionManager, builtins=BUILTIN_ENVIRONMENTS
+            self, "environment", manager_factory=SessionManager, builtins=BUILTIN_ENVIRONMENTS
         )
-        self.agents = AgentRegistry(self, AgentRecord)
+        self.agents = AgentRegistry(self, "agent")
         # ACP rebuilds stored agents' runners through the agent kinds above it (after a restart)
         self.agents.restorer = functools.partial(_restore_agent, self)
-        self.memory: Registry[MemoryRecord] = Registry(self, MemoryRecord)
-        self.experience: Registry[ExperienceRecord] = Registry(self, ExperienceRecord)
+        self.memory: Registry[MemoryRecord] = Registry(self, "memory")
+        self.experience: Registry[ExperienceRecord] = Registry(self, "experience")
         if model is not None:
             self.default_model = model
 
@@ -192,10 +187,13 @@ class Workspace:
 
     @property
     def memory_store(self) -> "MemoryStore":
-        """Summaries and insights of past runs."""
-        from tea_notebook.runtime.memory import MemoryStore
+        """Summaries and insights of past runs (one store per workspace object, made on first use: what
+        it keeps between folds, such as the next record number of a run, is kept)."""
+        if self._memory_store is None:
+            from tea_notebook.runtime.memory import MemoryStore
 
-        return MemoryStore(self.memory)
+            self._memory_store = MemoryStore(self.memory)
+        return self._memory_store
 
     @functools.cached_property
     def experiences(self) -> "ExperienceMemory":

@@ -78,7 +78,7 @@ def test_kill_9_while_a_tool_acts_keeps_its_call_and_the_model_call_that_chose_i
         ws.close()
 
 
-def test_a_step_is_one_transaction_and_the_journal_is_emptied_by_it(ws, worker, monkeypatch):
+def test_a_step_is_one_transaction_and_the_journal_holds_only_committed_events_after_it(ws, worker, monkeypatch):
     commits: list[list[str]] = []
     append = Database.append_events
 
@@ -94,8 +94,10 @@ def test_a_step_is_one_transaction_and_the_journal_is_emptied_by_it(ws, worker, 
     steps = [c for c in commits if "step" in c]
     assert steps[:2] == [["model_request", "model_response", "tool_call", "tool_result", "step"]] * 2
     (journal,) = (ws.path / ("tea.db" + INTENTS_SUFFIX)).iterdir()
-    header = journal.read_text().splitlines()
-    assert len(header) == 1 and json.loads(header[0])["pid"] == os.getpid()  # emptied by each commit
+    header, *lines = journal.read_text().splitlines()
+    assert json.loads(header)["pid"] == os.getpid()
+    journaled = [row[0] for line in lines for row in json.loads(line)["rows"]]
+    assert journaled and set(journaled) <= {e.id for e in ws.events.events(result.run_id)}  # all committed
     ws.close()
     assert not journal.exists()  # removed on close: everything in it was committed
 

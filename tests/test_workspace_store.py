@@ -597,6 +597,69 @@ def test_import_has_no_side_effects(tmp_path):
     assert result["version"] == tea_notebook.__version__
 
 
+#: what opening a workspace and reading its empty registries must not import: each costs milliseconds of
+#: the 100 ms CPU an open may take (pydantic and the record models alone were ~70 ms); they load on
+#: first need (a record made or read, a run started, a vector touched, a model called)
+KEPT_OFF_OPEN = [
+    *HEAVY,
+    "numpy",
+    "jsonschema",
+    "jinja2",
+    "IPython",
+    "asyncio",
+    "tea_notebook.protocol.records",
+    "tea_notebook.redaction",
+    "socket",
+    "uuid",
+]
+
+
+def test_opening_a_workspace_loads_no_heavy_module_until_a_record_needs_it(tmp_path):
+    out = run_py(
+        """
+        import json, sys
+        import tea_notebook
+        from tea_notebook.errors import RegistryError
+
+        kept_off = %r
+        loaded = {}
+        for moment in ("fresh", "existing"):
+            ws = tea_notebook.Workspace(sys.argv[1])
+            for registry in (ws.tools, ws.toolkits, ws.envs, ws.agents, ws.memory, ws.experience):
+                assert registry.list() == [] and "x" not in registry
+            ws.close()
+            loaded[moment] = sorted(m for m in kept_off if m in sys.modules)
+        ws = tea_notebook.Workspace(sys.argv[1])
+        try:  # the first record validated loads pydantic and is refused as before
+            ws.tools.register({"name": "no spaces allowed", "description": "d"})
+        except RegistryError as exc:
+            refused = str(exc)
+        print(json.dumps({"loaded": loaded, "refused": refused, "pydantic": "pydantic" in sys.modules}))
+        """
+        % (KEPT_OFF_OPEN,),
+        tmp_path / "ws",
+        cwd=tmp_path,
+    )
+    result = json.loads(out)
+    assert result["loaded"] == {"fresh": [], "existing": []}
+    assert result["refused"].startswith("invalid tool 'no spaces allowed': field 'name'")
+    assert result["pydantic"]
+
+
+def test_registries_named_by_kind_reach_the_record_class_of_that_kind(tmp_path):
+    from tea_notebook.protocol import records
+    from tea_notebook.protocol.record_types import RECORD_CLASSES, record_class
+    from tea_notebook.protocol.registry import Registry
+
+    for kind, name in RECORD_CLASSES.items():
+        assert record_class(kind) is getattr(records, name) and record_class(kind).KIND == kind
+    ws = make_ws(tmp_path / "ws")
+    assert ws.memory.record_type is records.MemoryRecord and ws.envs.record_type is records.EnvironmentRecord
+    with pytest.raises(ValueError, match="no record type of kind 'tools'; the kinds are tool, toolkit"):
+        Registry(ws, "tools")
+    ws.close()
+
+
 def test_hashing_workspace_never_loads_model_runtimes(tmp_path):
     out = run_py(
         """

@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
 from tea_notebook._threads import ACTION_THREADS
 from tea_notebook.errors import EnvironmentFailure
-from tea_notebook.protocol.records import ActionSpec, EnvironmentRecord
 from tea_notebook.protocol.schema import function_schema
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the records (and pydantic) load when an environment is first described
     from tea_notebook.egress.policy import EgressPolicy
     from tea_notebook.protocol.context import Context
+    from tea_notebook.protocol.records import ActionSpec, EnvironmentRecord
 
 _ACTION = "__tea_action__"
 
@@ -133,6 +133,8 @@ class Environment:
     @classmethod
     def actions(cls) -> list[ActionSpec]:
         """The typed action space, from the marked methods' signatures and docstrings."""
+        from tea_notebook.protocol.records import ActionSpec
+
         specs = []
         for name, method in cls.action_methods().items():
             meta = getattr(method, _ACTION)
@@ -152,6 +154,8 @@ class Environment:
     @classmethod
     def record(cls, name: str | None = None, description: str | None = None) -> EnvironmentRecord:
         """The ECP record describing this environment."""
+        from tea_notebook.protocol.records import EnvironmentRecord
+
         if not (name or cls.name):
             raise TypeError(f"{cls.__name__} needs a name")
         return EnvironmentRecord(

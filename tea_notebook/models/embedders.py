@@ -11,6 +11,8 @@ import hashlib
 import os
 import re
 import threading
+import weakref
+from collections import OrderedDict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Literal, Protocol, runtime_checkable
 
@@ -224,6 +226,60 @@ class LiteLLMEmbedder:
         except Exception as exc:  # noqa: BLE001 - provider errors come in many types
             raise EmbeddingError(f"embedding with {self.model!r} failed: {type(exc).__name__}: {exc}") from None
         return _normalise(np.array(rows, dtype=np.float32))
+
+
+class QueryVectors:
+    """The vectors of one embedder's most recent query texts (least recently used dropped first).
+
+    A workspace's registries share their embedder's (see :func:`query_vectors`): a routed agent
+    embeds its task once for its memory recall and its tool routing, and running the same cell
+    again embeds nothing. Safe from any thread."""
+
+    def __init__(self, size: int = 256):
+        self.size = size
+        self._vectors: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._vectors)
+
+    def __contains__(self, text: object) -> bool:
+        return text in self._vectors
+
+    def get(self, text: str) -> np.ndarray | None:
+        """The kept vector of ``text`` (now the most recently used), or None."""
+        with self._lock:
+            vec = self._vectors.get(text)
+            if vec is not None:
+                self._vectors.move_to_end(text)
+            return vec
+
+    def put(self, text: str, vector: np.ndarray) -> np.ndarray:
+        """Keep ``vector`` as the vector of ``text``; returns it."""
+        with self._lock:
+            self._vectors[text] = vector
+            self._vectors.move_to_end(text)
+            while len(self._vectors) > self.size:
+                self._vectors.popitem(last=False)
+        return vector
+
+
+# per embedder object, dropped with it (an id alone could name two objects that embed differently)
+_QUERY_VECTORS: "weakref.WeakKeyDictionary[Embedder, QueryVectors]" = weakref.WeakKeyDictionary()
+_QUERY_VECTORS_LOCK = threading.Lock()
+
+
+def query_vectors(embedder: Embedder) -> QueryVectors | None:
+    """The query-vector cache of ``embedder``, made on first use; None for an object that cannot
+    carry one (not hashable, or no weak references: its queries are embedded every time)."""
+    with _QUERY_VECTORS_LOCK:
+        try:
+            cache = _QUERY_VECTORS.get(embedder)
+            if cache is None:
+                cache = _QUERY_VECTORS[embedder] = QueryVectors()
+        except TypeError:
+            return None
+    return cache
 
 
 def resolve_embedder(spec: "str | Embedder | None") -> Embedder:

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from tea_notebook._threads import SYNC_THREADS, run_sync_call
 from tea_notebook.errors import NotFoundError
 from tea_notebook.protocol.context import Context
-from tea_notebook.protocol.records import AgentRecord
 from tea_notebook.protocol.registry import InvokeResult, Registry, not_found_result
+
+if TYPE_CHECKING:  # the records (and pydantic) load with the first record made or read
+    from tea_notebook.protocol.records import AgentRecord
 
 AGENT_TASK_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -27,7 +29,7 @@ AGENT_TASK_SCHEMA: dict[str, Any] = {
 }
 
 
-class AgentRegistry(Registry[AgentRecord]):
+class AgentRegistry(Registry["AgentRecord"]):
     """Agents. ``register(record, runtime=runner)`` attaches ``runner(task, files=[...])`` (sync or
     async; with a ``context`` parameter it also receives the caller's run context) that runs the
     agent in this process. :class:`tea_notebook.runtime.agent.Agent` registers itself this way.

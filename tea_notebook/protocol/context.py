@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import json
 import threading
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+from tea_notebook._lazy import LazyModule
+
 if TYPE_CHECKING:
+    import uuid
+
     from tea_notebook.protocol.store_host import StoreHost
+else:  # loaded by the first run's context, not by opening the workspace
+    uuid = LazyModule("uuid", globals(), "uuid")
 
 #: the :meth:`Context.state` scopes that tools share (a toolkit's, a tool's own, see ``ToolContext.state``):
 #: the part of that state a step leaves for the next ones (others hold live objects of the runtime)

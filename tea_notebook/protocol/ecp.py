@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Protocol
 from tea_notebook._threads import SYNC_THREADS, run_sync_call
 from tea_notebook.errors import NotFoundError, RegistryError
 from tea_notebook.protocol.context import Context
-from tea_notebook.protocol.records import ActionSpec, EnvironmentRecord
 from tea_notebook.protocol.registry import InvokeResult, Registry, not_found_result
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the records (and pydantic) load with the first record made or read
+    from tea_notebook.protocol.records import ActionSpec, EnvironmentRecord
     from tea_notebook.protocol.store_host import StoreHost
 
 
@@ -89,7 +89,7 @@ def _load(path: str) -> Any:
     return obj
 
 
-class EnvironmentRegistry(Registry[EnvironmentRecord]):
+class EnvironmentRegistry(Registry["EnvironmentRecord"]):
     """Environments: rules, state, actions. ``register(record, runtime=obj)`` attaches an object
     whose methods are the actions (sync or async) and whose optional ``state()`` returns text.
 
@@ -113,7 +113,7 @@ class EnvironmentRegistry(Registry[EnvironmentRecord]):
     def __init__(
         self,
         workspace: "StoreHost",
-        record_type: type[EnvironmentRecord] = EnvironmentRecord,
+        record_type: "type[EnvironmentRecord] | str" = "environment",
         *,
         # called with ``workspace``, which the layer above that provides the factory knows as more
         # than a StoreHost (envs' SessionManager takes a RunHost): hence Any

@@ -6,12 +6,12 @@ a record (a Python function, an environment session, an agent loop) lives beside
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from tea_notebook.protocol.record_types import content_hash
 
 # ``defer_build``: pydantic builds a record type's validator when the first record of that type is
 # made or read, not when this module is imported (opening a workspace builds none of them)
@@ -19,12 +19,6 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 NAME_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]{0,63}$")
 #: the longest description of a tool from outside (an MCP server) that is stored or shown to a model
 MAX_DESCRIPTION_CHARS = 2000
-
-
-def content_hash(content: dict[str, Any]) -> str:
-    """sha256 of a record's content as canonical JSON (what versions are compared by)."""
-    blob = json.dumps(content, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(blob.encode()).hexdigest()
 
 
 class Relation(BaseModel):

@@ -20,13 +20,12 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Generic, Iterable, Iterator, TypeVar, cast
 
-from pydantic import ValidationError
-
 from tea_notebook._lazy import LazyModule
 from tea_notebook._sync import run_sync
 from tea_notebook.errors import EmbeddingError, NotFoundError, RegistryError
+from tea_notebook.models.embedders import query_vectors
 from tea_notebook.protocol.context import Context
-from tea_notebook.protocol.records import Record, UsageStats, content_hash
+from tea_notebook.protocol.record_types import checked_kind, content_hash, record_class
 from tea_notebook.protocol.retrieval import KeywordIndex, Ranking, SearchHit
 from tea_notebook.protocol.schema import ArgumentValidator, argument_problems, not_an_object, validation_error
 from tea_notebook.store.vectors import VectorIndex
@@ -35,13 +34,17 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     import numpy as np
+    import pydantic
+    from pydantic import ValidationError
 
+    from tea_notebook.protocol.records import Record
     from tea_notebook.protocol.store_host import StoreHost
-else:  # numpy loads when vectors are first touched, not with the workspace
+else:  # numpy loads when vectors are first touched, pydantic when a record is first made or read
     np = LazyModule("numpy", globals(), "np")
+    pydantic = LazyModule("pydantic", globals(), "pydantic")
 
 log = logging.getLogger(__name__)
-R = TypeVar("R", bound=Record)
+R = TypeVar("R", bound="Record")
 
 
 @dataclass(frozen=True)
@@ -103,12 +106,15 @@ def _schema_errors(validator: ArgumentValidator, args: Any) -> dict[str, Any] | 
 class Registry(Generic[R]):
     """A versioned, searchable registry of one record type, stored in a workspace."""
 
-    record_type: type[R]
-
-    def __init__(self, workspace: "StoreHost", record_type: type[R]):
+    def __init__(self, workspace: "StoreHost", record_type: "type[R] | str"):
+        """``record_type`` is the record class, or its kind (``"tool"``: see
+        :data:`~tea_notebook.protocol.record_types.RECORD_CLASSES`), imported when first needed."""
         self.workspace = workspace
-        self.record_type = record_type
-        self.kind = record_type.KIND
+        self._record_type: type[R] | None = None
+        if isinstance(record_type, str):
+            self.kind = checked_kind(record_type)
+        else:
+            self._record_type, self.kind = record_type, record_type.KIND
         self._db = workspace.db
         self._lock = threading.RLock()
         self._seq = 0
@@ -121,14 +127,21 @@ class Registry(Generic[R]):
         self._vectors: VectorIndex | None = None
         self._saved_seq = -1
         self._last_save = 0.0
-        self._query_cache: OrderedDict[str, np.ndarray] = OrderedDict()
         self._validators: dict[str, ArgumentValidator] = {}
+        self._validator_of: dict[int, tuple[dict[str, Any], ArgumentValidator]] = {}  # by id() of a schema
         self._searches: OrderedDict[tuple, Ranking] = OrderedDict()
         self._runtimes: dict[str, Any] = {}
         self._heads: dict[str, R] = {}
         self._heads_seq = 0
         self._usage_pending: dict[str, list[float]] = {}
         self._usage_since = 0.0
+
+    @property
+    def record_type(self) -> type[R]:
+        """The class of this registry's records (imported, with pydantic, on its first use)."""
+        if self._record_type is None:
+            self._record_type = cast("type[R]", record_class(self.kind))
+        return self._record_type
 
     # -- helpers for specialisations ------------------------------------------------------
     def _coerce(self, obj: Any) -> tuple[R, Any]:
@@ -138,7 +151,7 @@ class Registry(Generic[R]):
         if isinstance(obj, dict):
             try:
                 return self.record_type.model_validate(obj), None
-            except ValidationError as exc:
+            except pydantic.ValidationError as exc:
                 raise RegistryError(self._explain(exc, obj.get("name", "?"))) from None
         raise RegistryError(
             f"cannot register {type(obj).__name__} in the {self.kind} registry; "
@@ -181,7 +194,7 @@ class Registry(Generic[R]):
             record, rt = self._coerce(obj)
             try:  # objects built with model_copy(update=...) skipped validation: check again
                 record = self.record_type.model_validate(record.model_dump())
-            except ValidationError as exc:
+            except pydantic.ValidationError as exc:
                 raise RegistryError(self._explain(exc, str(getattr(record, "name", "?")))) from None
             rt = runtime if runtime is not None else rt
             self._check_relations(record)
@@ -226,6 +239,8 @@ class Registry(Generic[R]):
                 usage = self._db.usage(self.kind, record.name)
             row = usage.get(record.name)
             if row:
+                from tea_notebook.protocol.records import UsageStats
+
                 calls, failures, mean, last = row
                 record = record.model_copy(
                     update={
@@ -477,12 +492,15 @@ class Registry(Generic[R]):
 
         The index file is a cache: it is written after a rebuild and at most every 30 s after
         incremental changes (and by :meth:`flush`); a stale file is caught up from the change log.
+        With no index in memory and no file (the first fold of a fresh workspace), the index is
+        built from every record (the fold's own few); no vector is made first to learn the size of
+        a file that is not there.
         """
         self._sync()
         with self._lock:
             path = self._vector_file()
             index = self._vectors
-            if index is None and self._ids:
+            if index is None and self._ids and path.is_file():
                 probe = self._vectors_for([next(iter(self._ids))])
                 index = VectorIndex.load(path, probe.shape[1])
                 if index is not None:
@@ -537,14 +555,15 @@ class Registry(Generic[R]):
 
     # -- Retrieve -----------------------------------------------------------------------
     def _query_vector(self, query: str) -> np.ndarray:
-        vec = self._query_cache.get(query)
+        """The embedding of a query, kept with the embedder (see
+        :class:`~tea_notebook.models.embedders.QueryVectors`): every registry of the workspace, and
+        every search of the same text, embeds it once."""
+        cache = query_vectors(self.workspace.embedder)
+        vec = None if cache is None else cache.get(query)
         if vec is None:
             vec = self._embed([query])[0]
-            self._query_cache[query] = vec
-            if len(self._query_cache) > 256:
-                self._query_cache.popitem(last=False)
-        else:
-            self._query_cache.move_to_end(query)
+            if cache is not None:
+                cache.put(query, vec)
         return vec
 
     def search(
@@ -811,10 +830,18 @@ class Registry(Generic[R]):
 
     # -- Invoke -------------------------------------------------------------------------
     def _validator(self, schema: dict[str, Any]) -> ArgumentValidator:
+        """The validator of a schema: found by the schema object itself while that is the one a cached
+        record holds (every call of a tool until its registry changes), else by its content."""
+        held = self._validator_of.get(id(schema))
+        if held is not None and held[0] is schema:
+            return held[1]
         key = json.dumps(schema, sort_keys=True)
         validator = self._validators.get(key)
         if validator is None:  # jsonschema itself is imported only when arguments break the schema
             validator = self._validators[key] = ArgumentValidator(schema)
+        if len(self._validator_of) >= 1024:  # schemas of records replaced since: let them go
+            self._validator_of.clear()
+        self._validator_of[id(schema)] = (schema, validator)  # kept alive, so its id is not reused
         return validator
 
     async def _invoke(

@@ -8,16 +8,17 @@ dataclasses, ``Literal`` enums, ``Optional`` and lists come out as standard JSON
 from __future__ import annotations
 
 import inspect
+import itertools
 import json
 import re
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Callable
-
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, create_model
-from pydantic.errors import PydanticSchemaGenerationError, PydanticUserError
+from typing import TYPE_CHECKING, Any, Callable
 
 from tea_notebook.errors import SchemaError
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
 _GOOGLE_SECTIONS = {
     "args": "params",
@@ -159,6 +160,10 @@ class FunctionSchema:
 
 def function_schema(fn: Callable[..., Any], name: str | None = None, description: str | None = None) -> FunctionSchema:
     """Build the JSON Schemas of ``fn``; raise :class:`SchemaError` naming the function and parameter."""
+    # pydantic loads with the first tool made, not with the workspace
+    from pydantic import ConfigDict, Field, TypeAdapter, create_model
+    from pydantic.errors import PydanticSchemaGenerationError, PydanticUserError
+
     fname: str = name or getattr(fn, "__name__", None) or repr(fn)
     try:
         sig = inspect.signature(fn)
@@ -441,11 +446,15 @@ def _problems(error: Any, root: dict[str, Any]) -> list[tuple[list[Any], Argumen
 def argument_problems(validator: Any, args: Any) -> list[ArgumentProblem]:
     """Every way ``args`` breaks the schema of ``validator`` (a jsonschema validator), one problem
     per bad field, grouped by top-level argument in schema order (unknown ones last); [] when valid."""
+    errors = iter(validator.iter_errors(args))
+    first = next(errors, None)
+    if first is None:  # valid (every call of a tool that was called right): nothing more to work out
+        return []
     root = validator.schema if isinstance(validator.schema, dict) else {}
     order = {name: i for i, name in enumerate(root.get("properties", {}))}
     seen: set[tuple[str, str]] = set()
     out: list[tuple[tuple[int, int], ArgumentProblem]] = []
-    for n, error in enumerate(validator.iter_errors(args)):
+    for n, error in enumerate(itertools.chain((first,), errors)):
         if n >= MAX_COUNTED_PROBLEMS:
             break
         for path, problem in _problems(error, root):
@@ -484,10 +493,14 @@ class ArgumentValidator:
     def __init__(self, schema: Any):
         self.schema = schema
         self._full: Any = None
+        # the usual tool schema (an object of typed fields) checked by a few set lookups, made once
+        self._flat = _flat_check(schema)
 
     def iter_errors(self, instance: Any) -> Any:
         """jsonschema's errors of ``instance`` (none, without importing jsonschema, when the first
         check proves it valid)."""
+        if self._flat is not None and self._flat(instance):
+            return iter(())
         try:
             if _fits(self.schema, instance, self.schema, 0):
                 return iter(())
@@ -502,6 +515,62 @@ class ArgumentValidator:
 
             self._full = Draft202012Validator(self.schema)
         return self._full
+
+
+_PYTHON_TYPES: dict[str, frozenset[type]] = {
+    "null": frozenset({type(None)}),
+    "boolean": frozenset({bool}),
+    "integer": frozenset({int}),
+    "number": frozenset({int, float}),
+    "string": frozenset({str}),
+    "array": frozenset({list}),
+    "object": frozenset({dict}),
+}
+_FLAT_KEYS = frozenset({"type", "properties", "required", "additionalProperties"})
+
+
+def _flat_check(schema: Any) -> Callable[[Any], bool] | None:
+    """A check of the usual tool schema made once (an object whose fields have a ``type`` and
+    annotations only; ``required``; ``additionalProperties`` true or false): True means valid, as
+    :func:`_fits` would find it, at the cost of a few set lookups a field. False proves nothing (the
+    full check decides). None for any other schema."""
+    if type(schema) is not dict or schema.get("type") != "object":
+        return None
+    if any(key not in _FLAT_KEYS and key not in _ANNOTATIONS for key in schema):
+        return None
+    properties, required = schema.get("properties", {}), schema.get("required", [])
+    extras_allowed = schema.get("additionalProperties", True)
+    if type(properties) is not dict or type(required) is not list or type(extras_allowed) is not bool:
+        return None
+    if any(type(name) is not str for name in required):
+        return None
+    allowed: dict[str, frozenset[type]] = {}
+    for name, sub in properties.items():
+        if type(sub) is not dict or any(key != "type" and key not in _ANNOTATIONS for key in sub):
+            return None
+        names = sub.get("type", list(_PYTHON_TYPES))
+        names = names if type(names) is list else [names]
+        if not names or any(type(n) is not str or n not in _PYTHON_TYPES for n in names):
+            return None
+        allowed[name] = frozenset().union(*(_PYTHON_TYPES[n] for n in names))
+    needed = tuple(required)
+
+    def check(instance: Any) -> bool:
+        if type(instance) is not dict:
+            return False
+        for name in needed:
+            if name not in instance:
+                return False
+        for name, value in instance.items():
+            types = allowed.get(name)
+            if types is None:
+                if not extras_allowed:
+                    return False
+            elif type(value) not in types:
+                return False
+        return True
+
+    return check
 
 
 class _Unsure(Exception):

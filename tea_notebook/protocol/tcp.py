@@ -11,16 +11,16 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol
 from tea_notebook._threads import SYNC_THREADS, run_sync_call
 from tea_notebook.errors import NotFoundError, RegistryError, SchemaError
 from tea_notebook.protocol.context import Context, ToolContext
-from tea_notebook.protocol.records import ToolkitRecord, ToolRecord
 from tea_notebook.protocol.registry import InvokeResult, Registry, not_found_result
 from tea_notebook.protocol.reserved import refused_name
 from tea_notebook.protocol.store_host import StoreHost
 from tea_notebook.protocol.tools import Tool, make_tool, unrebuildable
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the records (and pydantic) load with the first record made or read
     from tea_notebook.protocol.acp import AgentRegistry
     from tea_notebook.protocol.ecp import EnvironmentRegistry
     from tea_notebook.protocol.manifest import ImportReport, ManifestWatcher
+    from tea_notebook.protocol.records import ToolkitRecord, ToolRecord
 
 
 def _type_label(schema: dict[str, Any]) -> str:
@@ -35,7 +35,7 @@ def _type_label(schema: dict[str, Any]) -> str:
     return "any"
 
 
-class ToolkitRegistry(Registry[ToolkitRecord]):
+class ToolkitRegistry(Registry["ToolkitRecord"]):
     """Named tool groups with shared state and rules (TCP's 𝒦)."""
 
     def _describe_extra(self, record: ToolkitRecord) -> list[str]:
@@ -74,7 +74,7 @@ def trust_of(record: ToolRecord) -> str:
     return "in_process" if record.metadata.get("trust") == "in_process" else "sandbox"
 
 
-class ToolRegistry(Registry[ToolRecord]):
+class ToolRegistry(Registry["ToolRecord"]):
     """The tool registry: Python functions, agents as tools (A2T) and environment actions (E2T).
 
     Two things come from the layers above (the workspace hands them over; TCP imports neither):
@@ -189,7 +189,7 @@ class ToolRegistry(Registry[ToolRecord]):
 
     def _coerce(self, obj: Any) -> tuple[ToolRecord, Any]:
         built = obj if isinstance(obj, Tool) else None
-        if built is None and callable(obj) and not isinstance(obj, (ToolRecord, dict)):
+        if built is None and callable(obj) and not isinstance(obj, (self.record_type, dict)):
             built = make_tool(obj)
         if built is None:
             return super()._coerce(obj)

@@ -7,14 +7,16 @@ import hashlib
 import inspect
 import sys
 import textwrap
-from typing import Any, Callable, Iterable
-
-from pydantic import BaseModel
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from tea_notebook.errors import SchemaError
 from tea_notebook.protocol.current import current_workspace
-from tea_notebook.protocol.records import Relation, ToolRecord
 from tea_notebook.protocol.schema import function_schema
+
+if TYPE_CHECKING:  # the records (and pydantic) load with the first tool made, not with the workspace
+    from pydantic import BaseModel
+
+    from tea_notebook.protocol.records import Relation, ToolRecord
 
 
 class Tool:
@@ -127,6 +129,8 @@ def make_tool(
         raise SchemaError(
             getattr(fn, "__name__", repr(fn)), None, f"idempotent must be True or False, not {idempotent!r}"
         )
+    from tea_notebook.protocol.records import Relation, ToolRecord
+
     metadata = {**(metadata or {}), "idempotent": True} if idempotent else metadata
     spec = function_schema(fn, name=name, description=description)
     code = function_source(fn) if source is None else source

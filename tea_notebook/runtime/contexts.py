@@ -10,6 +10,14 @@ those), with a full list every :data:`KEYFRAME` requests; so a step adds its new
 and a few references, and a 1,000-step run stores a linear amount, not the quadratic one of its
 prompts written out.
 
+A step's work is mostly for what changed (what grows with the prompt's length is a few passes in C:
+slices compared, a set of the parts, the text's pieces joined once to check them). A prompt built
+by :func:`~tea_notebook.runtime.prompts.build_prompt` comes with the pieces it was joined from (the
+same text objects step after step), so the parts of the pieces it shares with the previous prompt
+are taken from it as they are and only new pieces are cut, redacted and hashed; the edit is found
+run by run (one search and one slice comparison for each run of copied parts). What is stored is
+exactly what cutting the whole text again and matching it part by part would store.
+
 Parts are redacted before they are kept (:func:`tea_notebook.redaction.redact`): the stored context
 is what the model received, after redaction. Cuts fall just before markup (``<`` or a new line),
 which no secret the redaction knows spans.
@@ -20,8 +28,8 @@ changed since the previous step (``result.context(step)``, ``%tea context RUN --
 
 from __future__ import annotations
 
-import bisect
 import json
+import operator
 import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Sequence
@@ -29,6 +37,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 from tea_notebook.errors import NotFoundError, TeaError
 from tea_notebook.redaction import redact
 from tea_notebook.runtime.html_style import CSS, esc_str
+from tea_notebook.runtime.prompts import joins_to
 from tea_notebook.store.blobs import digest, shorten
 
 if TYPE_CHECKING:
@@ -48,6 +57,8 @@ _CUT_LINE = re.compile(
 )
 #: ... and just after the end of a history block (so a block is the same text wherever it stands)
 _CUT_AFTER = re.compile(r"</step_\d+>")
+#: a request's stored form (made once: ``json.dumps`` with options builds an encoder per call)
+_RECORD_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 #: what a part is, by how it starts (first match wins); shown beside its size
 _KINDS = (
     ("<agent_state><step_info>", "step info"),
@@ -71,10 +82,19 @@ class ContextClipped(TeaError):
 
 def split_text(text: str) -> list[str]:
     """``text`` cut into parts at the prompt's markup (``"".join`` gives it back exactly)."""
-    cuts = {m.start() for m in _CUT_TAG.finditer(text, 1)} | {m.start() for m in _CUT_LINE.finditer(text, 1)}
-    cuts |= {m.end() for m in _CUT_AFTER.finditer(text) if m.end() < len(text)}
-    bounds = [0, *sorted(cuts), len(text)]
-    return [text[a:b] for a, b in zip(bounds, bounds[1:])] or [""]
+    cuts = [m.start() for m in _CUT_TAG.finditer(text, 1)]
+    cuts += [m.start() for m in _CUT_LINE.finditer(text, 1)]
+    ends = [m.end() for m in _CUT_AFTER.finditer(text)]
+    if ends and ends[-1] == len(text):
+        ends.pop()
+    if not cuts and not ends:  # most pieces of a prompt (a history block) are one part
+        return [text]
+    bounds = [0, *sorted({*cuts, *ends}), len(text)]
+    return [text[a:b] for a, b in zip(bounds, bounds[1:])]
+
+
+#: the keys of a message stored as text parts (one with any other key is stored whole, as JSON)
+_PLAIN = frozenset(("role", "content"))
 
 
 def part_kind(text: str, role: str) -> str:
@@ -92,6 +112,33 @@ def part_kind(text: str, role: str) -> str:
 
 
 # -- writing ---------------------------------------------------------------------------------------
+@dataclass
+class _Text:
+    """A message's text as last recorded from its pieces: the inner ones, their parts one after the
+    other (``flat``; those of the first ``k`` pieces end at ``offsets[k]``), its last piece and parts."""
+
+    inner: tuple[str, ...]
+    flat: list[tuple[int, str]]
+    offsets: list[int]
+    end: str
+    end_parts: list[tuple[int, str]]
+
+
+def _same_start(a: Sequence[Any], b: Sequence[Any]) -> int:
+    """How many items ``a`` and ``b`` have the same from the start (slices compared, not item by item)."""
+    most = min(len(a), len(b))
+    if a[:most] == b[:most]:
+        return most
+    low, high = 0, most  # a[:low] == b[:low]; a[:high] != b[:high]
+    while high - low > 1:
+        mid = (low + high) // 2
+        if a[:mid] == b[:mid]:
+            low = mid
+        else:
+            high = mid
+    return low
+
+
 class ContextRecorder:
     """Turns the model requests of one run into compact records (see the module's docstring). One
     per run; :meth:`record` returns the ``context`` field of a ``model_request`` event and queues
@@ -99,13 +146,18 @@ class ContextRecorder:
 
     def __init__(self, events: "EventLog"):
         self._events = events
-        self._last: dict[str, tuple[list[list[Any]], list[list[str]], str | None, dict[str, Any]]] = {}
+        self._last: dict[str, tuple[list[tuple[int, str]], list[list[str]], str | None, dict[str, Any]]] = {}
         self._count: dict[str, int] = {}
         self._refs: dict[str, str] = {}  # a part's raw text -> its stored reference
         # a tool definition offered again (the loop offers the same objects until a registry changes,
         # and never edits one in place) -> (it, its reference): its JSON is made once, not every step
         self._tool_refs: dict[int, tuple[dict[str, Any], str]] = {}
-        self._splits: dict[str, list[str]] = {}  # a prompt's piece (a history block) -> its parts
+        # a piece of a prompt's text (a history block, the task...) in a message -> its parts: cut and
+        # referenced once, not every step
+        self._piece_parts: dict[tuple[int, str], tuple[tuple[int, str], ...]] = {}
+        self._params: tuple[dict[str, Any], dict[str, Any]] | None = None  # the last params, redacted
+        self._toolsets: dict[str, tuple[list[dict[str, Any]], str]] = {}  # stream -> its last tools, their listing
+        self._texts: dict[tuple[str, int], _Text] = {}  # (stream, message) -> its last text built of pieces
 
     def _ref(self, text: str, kept: dict[str, str]) -> str:
         ref = self._refs.get(text)
@@ -131,22 +183,56 @@ class ContextRecorder:
         self._tool_refs[id(tool)] = (tool, ref)
         return ref
 
-    def _split(self, text: str, text_pieces: tuple[str, ...] | None) -> list[str]:
-        """:func:`split_text` of ``text``, from the pieces it was built of when they are given (each
-        starts and ends at a cut: see :class:`~tea_notebook.runtime.prompts.Prompt`): the inner
-        pieces, which recur step after step, are split once."""
-        if text_pieces is None or len(text_pieces) < 3 or "".join(text_pieces) != text:
-            return split_text(text)
-        out = split_text(text_pieces[0])
-        for piece in text_pieces[1:-1]:
-            known = self._splits.get(piece)
-            if known is None:
-                if len(self._splits) > 50_000:
-                    self._splits.clear()
-                known = self._splits[piece] = split_text(piece)
-            out.extend(known)
-        out.extend(split_text(text_pieces[-1]))
-        return out
+    def _text_parts(
+        self, at: tuple[str, int], text: str, text_pieces: tuple[str, ...] | None, kept: dict[str, str]
+    ) -> list[tuple[int, str]]:
+        """The parts of the text of message ``at`` (stream, index) (:func:`split_text`, referenced),
+        from the pieces it was built of when they are given (each starts and ends at a cut: see
+        :class:`~tea_notebook.runtime.prompts.Prompt`). The inner pieces recur step after step: the
+        parts of those the message's last text began with too are taken from it as they are, the
+        others cut and referenced once; the last piece is cut again only when it changed."""
+        index = at[1]
+        if text_pieces is None or len(text_pieces) < 3 or not joins_to(text_pieces, text):
+            return [(index, self._ref(p, kept)) for p in split_text(text)]
+        inner, end = text_pieces[1:-1], text_pieces[-1]
+        before = self._texts.get(at)
+        if before is None:
+            same, flat, offsets = 0, [], [0]
+        else:
+            same = _same_start(before.inner, inner)
+            flat, offsets = before.flat[: before.offsets[same]], before.offsets[: same + 1]
+        known = self._piece_parts
+        for piece in inner[same:]:
+            parts = known.get((index, piece))
+            if parts is None:
+                if len(known) > 50_000:
+                    known.clear()
+                parts = known[(index, piece)] = tuple((index, self._ref(p, kept)) for p in split_text(piece))
+            flat.extend(parts)
+            offsets.append(len(flat))
+        if before is not None and before.end == end:
+            end_parts = before.end_parts
+        else:
+            end_parts = [(index, self._ref(p, kept)) for p in split_text(end)]
+        self._texts[at] = _Text(inner, flat, offsets, end, end_parts)
+        return [(index, self._ref(p, kept)) for p in split_text(text_pieces[0])] + flat + end_parts
+
+    def _toolset(self, stream: str, tools: list[dict[str, Any]], kept: dict[str, str]) -> str:
+        """The reference of the list of the tools offered (the same objects as last time: the same one)."""
+        last = self._toolsets.get(stream)
+        if last is not None and len(last[0]) == len(tools) and all(map(operator.is_, last[0], tools)):
+            return last[1]
+        listing = json.dumps([self._tool_ref(t, kept) for t in tools])
+        toolset = self._ref(listing, kept) if len(listing) >= INLINE else "=" + listing
+        self._toolsets[stream] = (list(tools), toolset)
+        return toolset
+
+    def _settings(self, params: dict[str, Any] | None) -> dict[str, Any]:
+        """``params`` redacted (the same params as the last request's: redacted once)."""
+        given = dict(params or {})
+        if self._params is None or self._params[0] != given:
+            self._params = (given, redact(given))
+        return self._params[1]
 
     def record(
         self,
@@ -162,46 +248,43 @@ class ContextRecorder:
         that each is an edit of the previous one of its kind; ``text_pieces``: the pieces a message's
         text was built of, if known (it is cut into the same parts, with less work)."""
         kept: dict[str, str] = {}
-        parts: list[list[Any]] = []
+        parts: list[tuple[int, str]] = []
         shapes: list[list[str]] = []
         clipped = False
         for index, message in enumerate(messages):
             role = str(message.get("role", ""))
             content = message.get("content")
-            extra = {k: v for k, v in message.items() if k not in ("role", "content")}
-            if extra or not isinstance(content, (str, list)):
+            if not _PLAIN.issuperset(message) or not isinstance(content, (str, list)):
                 shapes.append([role, "raw"])
-                parts.append([index, self._ref(json.dumps(message, ensure_ascii=False, default=str), kept)])
+                parts.append((index, self._ref(json.dumps(message, ensure_ascii=False, default=str), kept)))
                 continue
             if isinstance(content, str):
                 shapes.append([role, "s"])
-                pieces = [content] if role == "system" else self._split(content, text_pieces)  # system: one part
-                parts.extend([index, self._ref(p, kept)] for p in pieces)
+                if role == "system":  # one part
+                    parts.append((index, self._ref(content, kept)))
+                else:
+                    parts.extend(self._text_parts((stream, index), content, text_pieces, kept))
                 continue
             texts = [c for c in content if isinstance(c, dict) and c.get("type") == "text"]
             images = [c for c in content if isinstance(c, dict) and c.get("type") == "image_url"]
             if len(texts) + len(images) != len(content) or content[: len(texts)] != texts:
                 shapes.append([role, "raw"])
-                parts.append([index, self._ref(json.dumps(message, ensure_ascii=False, default=str), kept)])
+                parts.append((index, self._ref(json.dumps(message, ensure_ascii=False, default=str), kept)))
                 continue
             shapes.append([role, "l"])  # the text first, then the images (how the agent builds it)
             for text in texts:
-                parts.extend([index, self._ref(p, kept)] for p in self._split(str(text.get("text", "")), text_pieces))
-                parts.append([index, "=\x00"])  # end of one text item
+                parts.extend(self._text_parts((stream, index), str(text.get("text", "")), text_pieces, kept))
+                parts.append((index, "=\x00"))  # end of one text item
             for image in images:
                 url = str((image.get("image_url") or {}).get("url", ""))
                 if len(url) > IMAGE_LIMIT:
                     clipped = True
-                    parts.append([index, "=\x01" + f"[image of {len(url):,} characters not kept]"])
+                    parts.append((index, "=\x01" + f"[image of {len(url):,} characters not kept]"))
                 else:
-                    parts.append([index, "=\x02" + digest(url)])
+                    parts.append((index, "=\x02" + digest(url)))
                     kept.setdefault(digest(url), url)
-        toolset = None
-        if tools:
-            refs = [self._tool_ref(t, kept) for t in tools]
-            listing = json.dumps(refs)
-            toolset = self._ref(listing, kept) if len(listing) >= INLINE else "=" + listing
-        settings = redact(dict(params or {}))
+        toolset = self._toolset(stream, tools, kept) if tools else None
+        settings = self._settings(params)
         n = self._count.get(stream, 0) + 1
         self._count[stream] = n
         record: dict[str, Any] = {"n": n}
@@ -223,45 +306,71 @@ class ContextRecorder:
         self._last[stream] = (parts, shapes, toolset, settings)
         if kept:
             self._events.keep(kept)
-        return json.dumps(record, ensure_ascii=False, separators=(",", ":"))
+        return _RECORD_JSON.encode(record)
 
 
-def _diff(before: list[list[Any]], after: list[list[Any]]) -> list[list[Any]]:
+def _diff(before: Sequence[Sequence[Any]], after: Sequence[Sequence[Any]]) -> list[list[Any]]:
     """``after`` as copies of ranges of ``before`` (``[start, end]``) and inserted parts
     (``[message, ref, 0]``): each part of ``after`` found later in ``before`` than the last one
-    copied is copied, the rest inserted (one pass; a prompt's parts rarely move backwards)."""
+    copied is copied, the rest inserted (one pass; a prompt's parts rarely move backwards).
+
+    The parts of both are alike (tuples, or lists as read from JSON). A step's prompt is its previous
+    one with a few parts changed, so the copies are long runs: each is found with one search and its
+    length by comparing slices, not part by part."""
+    sample = before[0] if before else after[0] if after else ()
+    if type(sample) is not tuple:  # lists read from JSON
+        before, after = [tuple(p) for p in before], [tuple(p) for p in after]
+    elif not isinstance(before, list):
+        before = list(before)
+    known = set(before)  # (most new parts are not in ``before``: no search, no exception)
     ops: list[list[Any]] = []
-    for op in _match(before, after):
-        if len(op) == 2 and ops and len(ops[-1]) == 2 and ops[-1][1] == op[0]:
-            ops[-1][1] = op[1]
-        else:
-            ops.append(op)
+    last = 0  # where the next copy may start in ``before``
+    j, size = 0, len(after)
+    while j < size:
+        part = after[j]
+        at = -1
+        if part in known:
+            try:
+                at = before.index(part, last)
+            except ValueError:  # only before the last copy
+                pass
+        if at < 0:
+            ops.append([part[0], part[1], 0])
+            j += 1
+            continue
+        length = _common_run(before, at, after, j)
+        ops.append([at, at + length])  # the next part differs from ``before[at + length]``: never adjacent
+        last = at + length
+        j += length
     return ops
 
 
-def _match(before: list[list[Any]], after: list[list[Any]]) -> list[list[Any]]:
-    where: dict[tuple[Any, str], int] = {}  # each part's first place in ``before``
-    more: dict[tuple[Any, str], list[int]] = {}  # every place of the parts that come more than once
-    for i, (m, r) in enumerate(before):
-        key = (m, r)
-        if key in where:
-            more.setdefault(key, [where[key]]).append(i)
+def _common_run(a: Sequence[Any], i: int, b: Sequence[Any], j: int) -> int:
+    """How many items from ``a[i]`` and ``b[j]`` on are equal (``a[i] == b[j]`` is known)."""
+    most = min(len(a) - i, len(b) - j)
+    if most == 1 or a[i + 1] != b[j + 1]:
+        return 1
+    if a[i : i + most] == b[j : j + most]:
+        return most
+    low, high = 2, most  # a[i:i+low] == b[j:j+low]; a[i:i+high] != b[j:j+high]
+    while high - low > 1:
+        mid = (low + high) // 2
+        if a[i : i + mid] == b[j : j + mid]:
+            low = mid
         else:
-            where[key] = i
+            high = mid
+    return low
+
+
+def _match(before: Sequence[Sequence[Any]], after: Sequence[Sequence[Any]]) -> list[list[Any]]:
+    """:func:`_diff` part by part: for each part of ``after``, ``[at, at + 1]`` (copied from
+    ``before[at]``) or ``[message, ref, 0]`` (inserted)."""
     out: list[list[Any]] = []
-    last = -1
-    for m, r in after:
-        key = (m, r)
-        at = where.get(key)
-        if at is not None and at <= last and key in more:
-            places = more[key]
-            j = bisect.bisect_right(places, last)
-            at = places[j] if j < len(places) else None
-        if at is not None and at > last:
-            out.append([at, at + 1])
-            last = at
+    for op in _diff(before, after):
+        if len(op) == 2:
+            out.extend([at, at + 1] for at in range(op[0], op[1]))
         else:
-            out.append([m, r, 0])
+            out.append(op)
     return out
 
 

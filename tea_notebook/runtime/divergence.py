@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from tea_notebook.redaction import redact
 from tea_notebook.runtime.event_types import DivergedEvent, DivergenceHow
+from tea_notebook.runtime.prompts import joins_to
 from tea_notebook.store.blobs import clip_value
 
 if TYPE_CHECKING:
@@ -174,12 +175,19 @@ def input_hash(
             digest.update(names.normal(_HASHED_JSON.encode(message)).encode("utf-8", "surrogatepass"))
         elif i < last:  # a message that recurs (the system prompt); the last one changes every step
             digest.update(_kept(pieces, key, _HASHED_JSON.encode, names))
-        elif last_text is not None and len(last_text) > 2 and "".join(last_text) == key[1]:
-            digest.update(b'{"content":"')
-            for n, text in enumerate(last_text):  # the first and last pieces change every step: not kept
-                kept = 0 < n < len(last_text) - 1
-                digest.update(_kept(pieces, text, _escaped, names) if kept else _hashed(_escaped(text), names))
-            digest.update(b'","role":' + _hashed(_HASHED_JSON.encode(key[0]), names) + b"}")
+        elif last_text is not None and len(last_text) > 2 and joins_to(last_text, key[1]):
+            # the first and last pieces change every step: not kept
+            encoded = [b'{"content":"', _hashed(_escaped(last_text[0]), names)]
+            known = pieces.get
+            for text in last_text[1:-1]:
+                piece = known(text)
+                encoded.append(_kept(pieces, text, _escaped, names) if piece is None else piece)
+            encoded += [
+                _hashed(_escaped(last_text[-1]), names),
+                b'","role":',
+                _hashed(_HASHED_JSON.encode(key[0]), names),
+            ]
+            digest.update(b"".join(encoded) + b"}")
         else:
             digest.update(_hashed(_HASHED_JSON.encode(message), names))
     digest.update(b"]")

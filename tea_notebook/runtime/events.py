@@ -4,8 +4,9 @@ Trajectories, views, plots, replay and evaluation all read these events; nothing
 copy of what happened. Subscribers (live views) are called for each event as it is written.
 
 Before an event is encoded its data is redacted (:func:`tea_notebook.redaction.redact`) and every
-text longer than :data:`~tea_notebook.store.blobs.FIELD_LIMIT` is clipped, its full text kept once
-in the store (:meth:`EventLog.full_text` gets it back).
+text longer than :data:`~tea_notebook.store.blobs.FIELD_LIMIT` is clipped (in the same walk), its full
+text kept once in the store (:meth:`EventLog.full_text` gets it back). The data is encoded to JSON
+once; the intent journal and the database keep that text.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, get_args
 from tea_notebook.errors import NotFoundError
 from tea_notebook.redaction import redact
 from tea_notebook.runtime.event_types import EventType
-from tea_notebook.store.blobs import FIELD_LIMIT, blob_ref, build, clip_value, digest, json_leaves, plan
+from tea_notebook.store.blobs import FIELD_LIMIT, blob_ref, build, clip, digest, json_leaves, plan
 from tea_notebook.store.database import new_id
 
 if TYPE_CHECKING:
@@ -32,6 +33,7 @@ log = logging.getLogger(__name__)
 
 _RECENT_TEXTS = 16  # long texts remembered to find later texts made of them (see store.blobs.plan)
 _RECENT_CHARS = 64 * 1024 * 1024
+_CLIPPED_TEXTS = 8  # long texts whose clipped form and digest are remembered
 
 EVENT_TYPES: frozenset[str] = frozenset(get_args(EventType))
 """Every event type (declared once, in :mod:`tea_notebook.runtime.event_types`)."""
@@ -73,6 +75,7 @@ class EventLog:
         self._recent: OrderedDict[str, str] = OrderedDict()
         self._intents: IntentJournal | None = None  # opened at the first make_durable
         self._journaled: tuple[int, int] = (0, 0)  # pending rows and texts in the journal already
+        self._clipped: dict[str, tuple[str, str | None]] = {}
 
     def new_id(self) -> str:
         """A fresh, sortable-enough unique id."""
@@ -95,7 +98,8 @@ class EventLog:
         if type_ not in EVENT_TYPES:
             raise ValueError(f"unknown event type {type_!r}")
         blobs: dict[str, str] = {}
-        clean = clip_value(redact(data or {}), blobs)
+        # one walk redacts and clips (a long text is clipped after it is redacted)
+        clean = redact(data or {}, clip=lambda text: self._clip(text, blobs), limit=FIELD_LIMIT)
         payload = json.dumps(clean)
         event = Event(self.new_id(), run_id, type_, time.time(), clean, parent_id, step)
         with self._lock:
@@ -104,13 +108,33 @@ class EventLog:
                 self._keep(key, text)
         if flush or uses or len(self._pending) >= 200:
             self.flush(uses)
+        if self._subscribers:
+            self._notify(event)
+        return event
+
+    def _clip(self, text: str, blobs: dict[str, str]) -> str:
+        """``text`` clipped, its full text put in ``blobs``; a text clipped a moment ago (a tool's
+        long result is in its ``tool_result`` and again in its step) is not hashed again."""
+        done = self._clipped.get(text)
+        if done is None:
+            done = clip(text)
+            with self._lock:
+                if len(self._clipped) >= _CLIPPED_TEXTS or sum(map(len, self._clipped)) + len(text) > _RECENT_CHARS:
+                    self._clipped.clear()
+                self._clipped[text] = done
+        clipped, key = done
+        if key is not None:
+            blobs[key] = text
+        return clipped
+
+    def _notify(self, event: Event) -> None:
+        root = event.data.get("root_run")
         for run_filter, callback in list(self._subscribers):
-            if run_filter is None or run_filter == run_id or run_filter == event.data.get("root_run"):
+            if run_filter is None or run_filter == event.run_id or run_filter == root:
                 try:
                     callback(event)
                 except Exception as exc:  # noqa: BLE001 - a broken view must not break the run
                     log.warning("event subscriber failed: %s", exc)
-        return event
 
     def _keep(self, key: str, text: str, leaf: bool = False) -> None:
         """Queue the full text of a clipped field: as a recipe over recent texts when it is made of

@@ -68,6 +68,9 @@ class FolderSnapshots:
         with self.lock:
             at = time.time_ns()
             entries = list(_walk(self.folder))
+            if not entries and not self.seen:  # empty (or not made yet) and so it was: nothing changed
+                self._at, self._stats = at, {}
+                return {}
             now, fresh = self.look(entries)
             self._at, self._stats = at, dict(entries)
             changed: dict[str, str | None] = {

@@ -94,7 +94,7 @@ class RunHost(RegistryHost, Protocol):
 
     @property
     def memory_store(self) -> "MemoryStore":
-        """Summaries and insights of past runs, over :attr:`memory`."""
+        """Summaries and insights of past runs, over :attr:`memory` (the same object every time)."""
         ...
 
     @property

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tea_notebook._threads import ACTION_THREADS, THREAD_JOBS
 from tea_notebook.errors import TeaError
 from tea_notebook.models.client import (
     DEMO_MODEL,
@@ -54,9 +55,11 @@ from tea_notebook.runtime.replies import MalformedReply, read_reply
 from tea_notebook.runtime.runlog import RunInterrupted
 from tea_notebook.runtime.stop_reason import stop_reason
 from tea_notebook.runtime.stopping import STOP_GRACE, StoppableRun
+from tea_notebook.runtime.time_limits import TimeLimits
 from tea_notebook.runtime.todo import TodoList
 
 if TYPE_CHECKING:
+    from tea_notebook.protocol.records import ToolRecord
     from tea_notebook.runtime.agent import Agent
     from tea_notebook.runtime.memory import MemoryStore
 
@@ -98,8 +101,9 @@ TODO_TOOL = {
         "parameters": TODO_SCHEMA,
     },
 }
-#: a tool still running this long (s) after its ``tool_call`` has the step's events so far committed
-#: (they were made durable in the intent journal before it started; see ``_durable_before_tool``)
+#: a tool still running this long (s) after its ``tool_call`` has the step's events so far committed, at
+#: the run's next look (at most ``STOP_POLL`` later; they were made durable in the intent journal before
+#: it started; see ``_durable_before_tool``)
 COMMIT_SLOW_TOOL = 0.05
 #: the :meth:`Context.state` scope where a fork leaves the sub-agent forks its delegated calls continue
 SUBFORKS = "tea.subforks"
@@ -179,6 +183,8 @@ class AgentRun(StoppableRun):
         self.steps: list[StepRecord] = list(self.plan.live)
         self.last_step = self.plan.last_step
         self.summaries: list[str] = list(self.plan.summaries)
+        #: ``(steps, how many of them, their size)``: what :meth:`_history_size` counted last
+        self._counted: tuple[list[StepRecord], int, int] | None = None
         if self.plan.source is None:
             recalled = self.ws.memory_store.recall(task) if len(self.ws.memory) else []
             self.plan.recalled = recalled  # recorded on run_started: a fork or resume takes them from there
@@ -198,6 +204,11 @@ class AgentRun(StoppableRun):
         for replayed, _ in self.plan.shown:
             self.tally.replayed(replayed.results)
         self.start_stopping()
+        #: the time limits of the tool calls running now (``agent.tool_timeout``)
+        self.time_limits = TimeLimits()
+        #: the tool calls running now whose events are not committed yet: call id -> when they started
+        #: (``time.monotonic()``; see :meth:`_durable_before_tool`)
+        self.acting: dict[str, float] = {}
         self.native = self._native()
         #: the tool protocol a notice last said this run uses ("": none said; see :meth:`_say_tool_mode`)
         self.tool_mode_said = ""
@@ -207,6 +218,9 @@ class AgentRun(StoppableRun):
         #: succeeded)`` (see :meth:`_offered`)
         self._offer_cache: tuple[tuple, list[dict[str, Any]], set[str], tuple[str, ...], tuple[bool, ...]] | None = None
         self._hidden: tuple[int, int] | None = None
+        #: a stored tool version's OpenAI definition, made once a run: a routed step offers the same
+        #: objects again, so the stored context keeps each one's JSON once (see :meth:`_tool_form`)
+        self._tool_forms: dict[tuple[str, int], dict[str, Any]] = {}
         #: hashes each model input; a fork's compares its steps with the original's (see runtime.divergence;
         #: a CORAL member's fork is compared by its team, message by message)
         self.divergence = DivergenceWatch(self.ws, self.run_id, fork if self.fork_unit else None, self.plan)
@@ -259,6 +273,13 @@ class AgentRun(StoppableRun):
     # -- the loop -------------------------------------------------------------------------
     async def execute(self) -> RunResult:
         """Run the loop to its end and return the run's result."""
+        try:
+            return await self._execute()
+        finally:  # its timers no longer hold the run (and its workspace)
+            self.stop_looking()
+            self.time_limits.close()
+
+    async def _execute(self) -> RunResult:
         await self._begin()
         ending = Ending("max_steps")
         try:
@@ -534,8 +555,6 @@ class AgentRun(StoppableRun):
         """Embed the fold just kept on a thread while the run goes on (an embedding takes milliseconds
         to seconds); :meth:`_close` waits for it. Not awaited: runs that take turns on the event loop
         (a CORAL team's members) interleave the same way whatever the embedding's pace."""
-        from tea_notebook._threads import ACTION_THREADS
-
         self._embedding.append(ACTION_THREADS.submit(store.registry, 1, "memory embedding", store.embed_kept))
 
     def _close(self, ending: Ending) -> RunResult:
@@ -585,9 +604,9 @@ class AgentRun(StoppableRun):
     async def _fold_memory(self, step: int) -> None:
         """Keep the history within ``memory_budget`` tokens: fold the oldest steps into a summary,
         and once the summaries themselves pass half the budget, fold them into one."""
-        budget = self.agent.memory_budget
-        live = self.steps[: -self.agent.keep_recent_steps] if self.agent.keep_recent_steps else list(self.steps)
-        if live and sum(s.size() for s in self.steps) > budget:
+        budget, keep = self.agent.memory_budget, self.agent.keep_recent_steps
+        live = (self.steps[:-keep] if keep else list(self.steps)) if self._history_size() > budget else []
+        if live:
             from tea_notebook.runtime.memory import summarise_steps
 
             summary, insights = await summarise_steps(self, live)
@@ -607,6 +626,17 @@ class AgentRun(StoppableRun):
             merged = MemoryWrittenEvent(summary=self.summaries[0], insights=[], merged=True)
             self.emit("memory_written", merged, step)
         self.insights = self.insights[-8:]
+
+    def _history_size(self) -> int:
+        """Approximate tokens of the steps the history shows (:meth:`StepRecord.size`), each step
+        counted once: a running total over the steps appended since the last count (a new list, as a
+        fold leaves, is counted afresh)."""
+        steps, counted = self.steps, self._counted
+        if counted is None or counted[0] is not steps or counted[1] > len(steps):
+            counted = (steps, 0, 0)
+        total = counted[2] + sum(s.size() for s in steps[counted[1] :])
+        self._counted = (steps, len(steps), total)
+        return total
 
     # -- tools ----------------------------------------------------------------------------
     def _offered(self) -> tuple[list[dict[str, Any]], set[str]]:
@@ -676,11 +706,21 @@ class AgentRun(StoppableRun):
                 records.append(ws.tools.get(tool_name))
             agent_tools.add(tool_name)
         records = [r for r in records if r.origin != "agent" or r.name in agent_tools]
-        tools = [r.to_openai() for r in records]
+        tools = [self._tool_form(r) for r in records]
         if self.todo is not None:
             tools.append(TODO_TOOL)
         tools.extend(self._controls().values())
         return tools, agent_tools
+
+    def _tool_form(self, record: "ToolRecord") -> dict[str, Any]:
+        """``record.to_openai()``, the same object for the same stored version (a version never changes)."""
+        if not record.version:
+            return record.to_openai()
+        key = (record.name, record.version)
+        form = self._tool_forms.get(key)
+        if form is None:
+            form = self._tool_forms[key] = record.to_openai()
+        return form
 
     # -- hooks ----------------------------------------------------------------------------
     def _controls(self) -> dict[str, dict[str, Any]]:
@@ -854,12 +894,14 @@ class AgentRun(StoppableRun):
         if decided is not None:
             called["policy"] = decided.policy
         self.emit("tool_call", called, step)
-        committing = self._durable_before_tool()
+        self._durable_before_tool()
+        self.acting[call.id] = time.monotonic()  # committed if it runs long (see _looked)
+        self.keep_looking()
         started = time.perf_counter()
         try:
             obs, ok, err, returned = await self._invoke(call, step)
         finally:
-            committing.cancel()
+            self.acting.pop(call.id, None)
         self.tally.ran(call.name, ok, err)
         if ok:
             self.unrecovered.clear()
@@ -875,14 +917,22 @@ class AgentRun(StoppableRun):
         self.emit("tool_result", result, step)
         return obs, ok, err
 
-    def _durable_before_tool(self) -> asyncio.TimerHandle:
+    def _durable_before_tool(self) -> None:
         """Make what the step did so far durable before a tool acts, so a run resumed after a crash
         repeats no call that returned (nor the model call that chose them): appended to the intent
         journal (one write), committed with the step. A tool still running after
-        :data:`COMMIT_SLOW_TOOL` seconds has them committed then, for readers in other processes
-        (the returned timer; cancel it when the tool returns)."""
+        :data:`COMMIT_SLOW_TOOL` seconds has them committed at the run's next look, for readers in
+        other processes (see :meth:`_looked`: one timer per run, not one per call)."""
         self.events.make_durable()
-        return asyncio.get_running_loop().call_later(COMMIT_SLOW_TOOL, self.events.flush)
+
+    def _looked(self) -> bool:
+        """At each of the run's looks (:meth:`StoppableRun._look`): once a tool has run for
+        :data:`COMMIT_SLOW_TOOL` seconds, commit the events so far (every tool running then has its
+        call committed); look again while a tool runs."""
+        if self.acting and time.monotonic() - min(self.acting.values()) >= COMMIT_SLOW_TOOL:
+            self.events.flush()
+            self.acting.clear()  # committed: a call that ends after this has nothing of its own left
+        return bool(self.acting)
 
     def _answered_by_policy(self, call: ToolCall, answer: ReplayAnswer, step: int) -> tuple[str, bool, str | None]:
         """A call the fork's replay policy answers without running it: the original run's stored
@@ -927,8 +977,6 @@ class AgentRun(StoppableRun):
                 return self.todo.apply(**call.arguments), True, None, None
             except (TypeError, ValueError) as exc:
                 return f"Error (todo): {exc}", False, "ValidationError", None
-        from tea_notebook._threads import THREAD_JOBS
-
         self.in_flight[call.id] = (call.name, step)
         # the thread jobs the call starts (a synchronous tool's): a stop that cuts it short records what they return;
         # a sub-agent's run keeps its own (its calls are not this call's)
@@ -938,8 +986,10 @@ class AgentRun(StoppableRun):
         token = THREAD_JOBS.set(jobs)
         cancelled = False
         try:
-            async with asyncio.timeout(self.agent.tool_timeout):  # in this task: wait_for would start another
-                result = await self.ws.tools.ainvoke(call.name, call.arguments, self.ctx)
+            # in this task (wait_for would start another), one timer per run (asyncio.timeout: one per call)
+            result = await self.time_limits.within(
+                self.agent.tool_timeout, self.ws.tools.ainvoke(call.name, call.arguments, self.ctx)
+            )
             obs, ok = result.to_observation(), result.ok
             err = None if result.ok else (result.error or {}).get("type")
         except asyncio.TimeoutError:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from tea_notebook.runtime.steps import StepRecord
@@ -70,18 +71,46 @@ def tool_line(tool: dict[str, Any]) -> str:
 @dataclass(frozen=True)
 class Prompt:
     """One step's prompt: the ``messages`` sent, and the user message's text as ``pieces`` whose
-    concatenation it is: the part before the history blocks, each block (the same text object step
-    after step: :meth:`StepRecord.render` caches it), the new lines between them, and the rest. The
-    pieces start and end where :func:`~tea_notebook.runtime.contexts.split_text` cuts, so what is done
-    to each piece once (the stored context's parts, the hash's JSON) is not done again every step."""
+    concatenation it is: the step info, the task, the history's heading, each block (the same text
+    object step after step: :meth:`StepRecord.render` caches it) and the new lines between them, the
+    memory folds, and the rest. The pieces start and end where
+    :func:`~tea_notebook.runtime.contexts.split_text` cuts, so what is done to each piece once (the
+    stored context's parts, the hash's JSON) is not done again every step: only the first piece (the
+    step info) and the last one change from one step to the next, unless the memory is folded."""
 
     messages: list[dict[str, Any]]
     pieces: tuple[str, ...]
 
 
+def joins_to(pieces: tuple[str, ...], text: str) -> bool:
+    """Whether ``text`` is ``"".join(pieces)`` (a prompt's text and the pieces it was built of)."""
+    last = _JOINED[0]  # one pair, replaced whole (a run in another thread may ask at the same time)
+    if last[0] is pieces and last[1] is text:  # both immutable: checked already (the stored context asks first)
+        return True
+    if len(text) != sum(map(len, pieces)) or "".join(pieces) != text:
+        return False
+    _JOINED[0] = (pieces, text)
+    return True
+
+
+#: the pieces and text :func:`joins_to` found joined last (the stored context and the input hash ask in turn)
+_JOINED: list[tuple[tuple[str, ...], str]] = [((), "")]
+
+
 def build_messages(**kwargs: Any) -> list[dict[str, Any]]:
     """System + user messages for one step (:func:`build_prompt`'s messages)."""
     return build_prompt(**kwargs).messages
+
+
+@lru_cache(maxsize=64)
+def system_text(template: str, environments_rules: str, max_actions: int, native: bool) -> str:
+    """The system prompt from its template (made once for a run, then the same text object: what is
+    kept of it by its text, the stored context's part and the hash's JSON, is found at once)."""
+    return template.format(
+        environments_rules=environments_rules,
+        max_actions=max_actions,
+        output_rules=NATIVE_OUTPUT if native else JSON_OUTPUT,
+    )
 
 
 def build_prompt(
@@ -108,18 +137,10 @@ def build_prompt(
         f'<environment name="{e["name"]}"><interaction>{e.get("rules", "")}</interaction></environment>'
         for e in environments
     )
-    system = (system_prompt or SYSTEM_PROMPT).format(
-        environments_rules=env_rules, max_actions=max_actions, output_rules=NATIVE_OUTPUT if native else JSON_OUTPUT
-    )
+    system = system_text(system_prompt or SYSTEM_PROMPT, env_rules, max_actions, native)
     step_info = f"Step {step} of {max_steps} max possible steps"
     if step >= max_steps:
         step_info += ". This is the FINAL allowed step" + (f": call '{final_tool}' now." if final_tool else ".")
-    blocks = [s.render() for s in steps]
-    history = "\n".join(blocks) or "(no steps yet)"
-    if summaries:
-        history += "\n<summaries>\n" + "\n".join(f"- {s}" for s in summaries) + "\n</summaries>"
-    if insights:
-        history += "\n<insights>\n" + "\n".join(f"- {s}" for s in insights) + "\n</insights>"
     env_state = "\n".join(
         f'<environment name="{e["name"]}"><state>{e.get("state", "")}</state>'
         + (f"<vision>{e['vision']}</vision>" if e.get("vision") else "")
@@ -128,20 +149,25 @@ def build_prompt(
     )
     task_text = task + (("\nAttached files (absolute paths): " + ", ".join(files)) if files else "")
     actions = "(offered as callable tools)" if native else "\n".join(tool_line(t) for t in tools)
-    head = f"<agent_state><step_info>{step_info}</step_info><task>{task_text}</task>\n<agent_history>\n"
-    tail = (
+    # each piece starts at a cut of split_text (and ends with a closing tag, or before a block)
+    pieces = [f"<agent_state><step_info>{step_info}</step_info>", f"<task>{task_text}</task>"]
+    if steps:
+        pieces.append("\n<agent_history>\n")
+        blocks = ["\n"] * (2 * len(steps) - 1)  # the blocks, a new line between two
+        blocks[::2] = [s.render() for s in steps]
+        pieces += blocks
+    else:
+        pieces.append("\n<agent_history>\n(no steps yet)")
+    if summaries:
+        pieces.append("\n<summaries>\n" + "\n".join(f"- {s}" for s in summaries) + "\n</summaries>")
+    if insights:
+        pieces.append("\n<insights>\n" + "\n".join(f"- {s}" for s in insights) + "\n</insights>")
+    pieces.append(
         f"\n</agent_history>\n<todo_contents>{todo or '(empty)'}</todo_contents></agent_state>\n"
         f"<environment_state>{env_state or '(none bound)'}</environment_state>\n"
         f"<tool_state><available_actions>{actions}</available_actions></tool_state>"
     )
-    tail = history[len("\n".join(blocks)) :] + tail  # the memory folds (or "(no steps yet)") go with the rest
-    pieces = [head]
-    for i, block in enumerate(blocks):
-        pieces += [block] if i == 0 else ["\n", block]
-    pieces.append(tail)
     user = "".join(pieces)
-    if not blocks:  # the history is not cut off its heading then: one piece
-        pieces = [user]
     system_message = {"role": "system", "content": system}
     images = [e["image"] for e in environments if e.get("image")]
     if images:

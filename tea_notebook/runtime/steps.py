@@ -83,13 +83,31 @@ class StepRecord:
 
     # -- the history the model reads --------------------------------------------------------------
     def render(self, limit: int = 600) -> str:
-        """The step as the model reads it (cached: a finished step is rendered once, not every step)."""
-        key = (limit, self.number, self.evaluation, self.memory, self.next_goal, len(self.results))
-        cached = self.__dict__.get("_rendered")
-        if cached is not None and cached[0] == key:
-            return str(cached[1])
+        """The step as the model reads it (cached: a finished step is rendered once, not every step;
+        the same text object each time, which what is kept of a prompt's pieces is found by)."""
+        cached: tuple[int, int, str, str, str, int, str] | None = self.__dict__.get("_rendered")
+        # the prompt renders every step of its history each step: the fields are compared by identity
+        # (a field set again to an equal text renders again) without building a key
+        if (
+            cached is not None
+            and cached[0] == limit
+            and cached[1] == len(self.results)
+            and cached[2] is self.evaluation
+            and cached[3] is self.memory
+            and cached[4] is self.next_goal
+            and cached[5] == self.number
+        ):
+            return cached[6]
         text = self._render(limit)
-        self.__dict__["_rendered"] = (key, text)
+        self.__dict__["_rendered"] = (
+            limit,
+            len(self.results),
+            self.evaluation,
+            self.memory,
+            self.next_goal,
+            self.number,
+            text,
+        )
         return text
 
     def _render(self, limit: int) -> str:

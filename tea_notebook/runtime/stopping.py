@@ -24,14 +24,18 @@ if TYPE_CHECKING:
 STOP_GRACE = 1.0
 #: seconds between two looks at a run's stop signal while it waits for a model or a tool
 STOP_POLL = 0.05
+#: the longest (s) a run goes without giving the event loop a turn while nothing else is ready to run
+#: on it (see :meth:`StoppableRun._turn_due`)
+TURN_EVERY = 0.005
 
 
 class _StopWatch:
-    """Cancels ``task`` when ``run``'s stop signal is set, looking every :data:`STOP_POLL` seconds
-    (one timer, re-armed; no task per wait). Before cancelling it notes the calls in flight and their
+    """One wait of a run (see :meth:`StoppableRun._cancellable`): cancels ``task`` when ``run``'s stop
+    signal is set, at the run's next look (every :data:`STOP_POLL` seconds: one timer per run, armed
+    while it waits; no task or timer per wait). Before cancelling it notes the calls in flight and their
     thread jobs (the cancellation unwinds them). Only the innermost watch of a task acts."""
 
-    __slots__ = ("run", "task", "outer", "nested", "fired", "running", "jobs", "handle")
+    __slots__ = ("run", "task", "outer", "nested", "fired", "running", "jobs")
 
     def __init__(self, run: "StoppableRun", task: "asyncio.Task[Any]", outer: "_StopWatch | None"):
         self.run, self.task = run, task
@@ -42,12 +46,13 @@ class _StopWatch:
         self.fired = False
         self.running: dict[str, tuple[str, int]] = {}
         self.jobs: list[concurrent.futures.Future] = []
-        self.handle = asyncio.get_running_loop().call_later(STOP_POLL, self._look)
+        run.waits.append(self)
+        run.keep_looking()
 
-    def _look(self) -> None:
+    def look(self) -> None:
+        """Cancel the task if the run was stopped (and no watch of the task inside this one is open)."""
         run = self.run
-        if self.nested or not run.ctx.cancel.is_set():
-            self.handle = asyncio.get_running_loop().call_later(STOP_POLL, self._look)
+        if self.fired or self.nested or not run.ctx.cancel.is_set():
             return
         run.stopped_at = run.stopped_at or time.time()
         self.running = dict(run.in_flight)
@@ -57,7 +62,7 @@ class _StopWatch:
 
     def close(self) -> None:
         """Stop watching."""
-        self.handle.cancel()
+        self.run.waits.remove(self)
         if self.outer is not None:
             self.outer.nested -= 1
 
@@ -89,13 +94,44 @@ class StoppableRun(RunLog):
         self.thread_jobs: dict[str, list[concurrent.futures.Future]] = {}
         #: when the run was stopped (``time.time()``), once it was
         self.stopped_at: float | None = None
+        #: when (the event loop's clock) the run last gave the loop a turn (see :meth:`_turn_due`)
+        self.turned = 0.0
+        #: the run's waits open now (see :meth:`_cancellable`) and its timer for the next look at them
+        self.waits: list[_StopWatch] = []
+        self.looking: asyncio.TimerHandle | None = None
+        self.looking_on: asyncio.AbstractEventLoop | None = None
+
+    def keep_looking(self) -> None:
+        """Make sure the run looks (:meth:`_look`) within :data:`STOP_POLL` seconds."""
+        loop = asyncio.get_running_loop()
+        if self.looking is None or self.looking_on is not loop:  # (a timer of a loop gone never fires)
+            self.looking, self.looking_on = loop.call_later(STOP_POLL, self._look), loop
+
+    def stop_looking(self) -> None:
+        """The run has ended: no more looks."""
+        if self.looking is not None:
+            self.looking.cancel()
+            self.looking = None
+
+    def _look(self) -> None:
+        """Every :data:`STOP_POLL` seconds while the run waits for something (or :meth:`_looked` asks
+        for more): each open wait looks at the stop signal."""
+        self.looking = None
+        for watch in list(self.waits):
+            watch.look()
+        if self._looked() or self.waits:
+            self.keep_looking()
+
+    def _looked(self) -> bool:
+        """Called at each look of :meth:`_look` (a hook): whether to look again even with no wait open."""
+        return False
 
     async def _cancellable(self, aw: Awaitable[Any]) -> Any:
         """Await ``aw`` in this task while watching the stop signal; cancelling the run cancels it too.
 
-        No task is started per wait: a :class:`_StopWatch` polls the signal every
-        :data:`STOP_POLL` seconds and, when it is set, cancels this task (only the innermost watch of
-        a task does: a sub-agent's run awaited inside a tool call handles its own stop first)."""
+        No task or timer is started per wait: a :class:`_StopWatch` looks at the signal at the run's
+        looks, every :data:`STOP_POLL` seconds, and when it is set cancels this task (only the innermost
+        watch of a task does: a sub-agent's run awaited inside a tool call handles its own stop first)."""
         if self.ctx.cancel.is_set():
             self.stopped_at = self.stopped_at or time.time()
             _drop(aw)
@@ -107,9 +143,11 @@ class StoppableRun(RunLog):
         token = _WATCH.set(watch)
         started = False
         try:
-            # a turn of the event loop before and after, also when it returns without suspending: runs
-            # that take turns (a CORAL team's members) interleave the same way in a run and its fork
-            await asyncio.sleep(0)
+            # a turn of the event loop before and after (when due), also when it returns without
+            # suspending: runs that take turns (a CORAL team's members) interleave the same way in a
+            # run and its fork
+            if self._turn_due():
+                await asyncio.sleep(0)
             started = True
             result = await aw
         except BaseException as exc:
@@ -132,8 +170,25 @@ class StoppableRun(RunLog):
             task.uncancel()
             await self._after_stop(watch.running, watch.jobs)
             raise RunInterrupted("the run was stopped")
-        await asyncio.sleep(0)
+        if self._turn_due():
+            await asyncio.sleep(0)
         return result
+
+    def _turn_due(self) -> bool:
+        """Whether to give the event loop a turn (``await asyncio.sleep(0)``) now: when anything else
+        is ready to run on it (another run taking turns with this one: they interleave the same way in
+        a run and its fork), and at least every :data:`TURN_EVERY` seconds (its timers and I/O: a live
+        view, a stop sent to the kernel). With nothing else ready a turn would run this task first
+        again, so the order of what runs is the same without it; it is skipped (an event-loop
+        iteration costs more than a quick step's own bookkeeping)."""
+        loop = asyncio.get_running_loop()
+        # asyncio's queue of callbacks ready to run (CPython's event loops; another loop: always a turn)
+        ready = getattr(loop, "_ready", None)
+        now = loop.time()
+        if ready is None or ready or now - self.turned >= TURN_EVERY:
+            self.turned = now
+            return True
+        return False
 
     async def _after_stop(
         self, running: dict[str, tuple[str, int]], jobs: list[concurrent.futures.Future] | None = None

@@ -13,28 +13,34 @@ is. Runs that a dead process left ``running`` are marked ``interrupted`` (see
 
 from __future__ import annotations
 
+import errno
 import functools
 import hashlib
 import itertools
 import json
 import os
-import socket
 import sqlite3
 import threading
 import time
-import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
 
+from tea_notebook._lazy import LazyModule
 from tea_notebook.errors import NotFoundError, WorkspaceError
-from tea_notebook.redaction import redact
 from tea_notebook.store.blobs import build, clip
 from tea_notebook.store.blobs import digest as text_digest
 
 if TYPE_CHECKING:  # numpy loads when vectors are first touched, not with the workspace
+    import socket
+
     import numpy as np
+
+    from tea_notebook import redaction
+else:  # loaded by the first run (its owner, its redacted task), not by opening the workspace
+    socket = LazyModule("socket", globals(), "socket")
+    redaction = LazyModule("tea_notebook.redaction", globals(), "redaction")
 
 FORMAT = "tea_notebook"
 SCHEMA_VERSION = 1
@@ -77,7 +83,7 @@ CREATE TABLE IF NOT EXISTS runs(
     model TEXT NOT NULL DEFAULT '', status TEXT NOT NULL, started REAL NOT NULL, ended REAL,
     answer TEXT, forked_from TEXT, fork_step INTEGER);
 CREATE TABLE IF NOT EXISTS events(
-    seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL UNIQUE, run_id TEXT NOT NULL,
+    seq INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, run_id TEXT NOT NULL,
     parent_id TEXT, type TEXT NOT NULL, step INTEGER, time REAL NOT NULL, data TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS events_by_run ON events(run_id, seq);
 CREATE TABLE IF NOT EXISTS embeddings(
@@ -94,6 +100,13 @@ CREATE TABLE IF NOT EXISTS eval_results(
     correct INTEGER, data TEXT NOT NULL, finished REAL NOT NULL, attempts INTEGER NOT NULL DEFAULT 1,
     PRIMARY KEY(evaluation, task_id));
 """
+# ``events.seq`` orders events (reads, merges, cuts); it is an INTEGER PRIMARY KEY, so a new event gets
+# the largest seq plus one. Workspaces made before issue 32 declared it AUTOINCREMENT (and keep it:
+# ``IF NOT EXISTS`` leaves a table as it is), which also updates ``sqlite_sequence`` on every insert: one
+# more page in each step's commit. The two give the same numbers as long as no event is deleted, and
+# nothing deletes events: a release that deletes runs must keep seq from going back (never delete the
+# newest event, or bring AUTOINCREMENT back). Both forms read and write alike, for this release and
+# older ones.
 # ``evaluations`` and ``eval_results`` (batch evaluation, tea_notebook.eval) came after schema 1 was
 # released: tables an older reader never opens, created at open like the rest (a migration, not a
 # new schema version). One row per (evaluation, task), written as each task ends.
@@ -135,6 +148,7 @@ _RUN_COLUMNS = (
 
 
 _RUN_SELECT = ", ".join(_RUN_COLUMNS)
+_LAST_CHANGE = "SELECT coalesce(max(seq), 0) FROM changes WHERE kind=?"
 
 
 @functools.lru_cache(maxsize=1)
@@ -321,7 +335,7 @@ def _create(path: Path) -> None:
     """Make a new database at ``path`` (which did not exist): built under a temporary name and
     hard-linked into place, so another process never opens a half-made (empty) file. When another
     process links its own first, that one is used."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.new")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.new")
     try:
         conn = sqlite3.connect(tmp, isolation_level=None)
         try:
@@ -411,6 +425,16 @@ def _put_uses(cur: sqlite3.Cursor, kind: str, rows: list[tuple]) -> None:
     )
 
 
+_EVENTS_AT_ONCE = 32  # rows of one INSERT statement (7 values each, far below SQLite's limit)
+
+
+@functools.lru_cache(maxsize=_EVENTS_AT_ONCE)
+def _insert_events(rows: int) -> str:
+    """The statement that inserts ``rows`` events, in their order."""
+    values = ",".join(["(?,?,?,?,?,?,?)"] * rows)
+    return f"INSERT INTO events(id, run_id, parent_id, type, step, time, data) VALUES {values}"
+
+
 #: the folder beside ``tea.db`` of the intent journals (:class:`IntentJournal`), one file per open event log
 INTENTS_SUFFIX = "-intents"
 
@@ -423,10 +447,17 @@ class IntentJournal:
     process being killed while the tool runs, so that a resume repeats no call that returned: it is
     appended here first, one ``write`` of one JSON line (a SQLite commit costs tens of times more),
     as durable as a commit of the WAL with ``synchronous=NORMAL`` (it survives the process, not a
-    power cut). The step's commit empties the file. A process that opens the workspace after the
-    writer died inserts what its file holds (:meth:`Database.recover_intents`), before it marks the
-    writer's runs interrupted.
+    power cut). A process that opens the workspace after the writer died inserts what its file holds
+    (:meth:`Database.recover_intents`), before it marks the writer's runs interrupted.
+
+    A commit does not empty the file (a syscall a step): the lines of committed events stay until the
+    file passes :attr:`ROTATE_AT` bytes, and the first commit after that truncates it to its header.
+    Recovery inserts by event id and skips the ids already stored, so the committed lines a dead
+    writer left add nothing, and only what it never committed is inserted, in its order.
     """
+
+    ROTATE_AT = 256 * 1024
+    """Bytes of lines after which a commit empties the file (what recovery may read again at most)."""
 
     def __init__(self, folder: Path):
         folder.mkdir(exist_ok=True)
@@ -436,20 +467,31 @@ class IntentJournal:
         self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_TRUNC, 0o600)
         os.write(self._fd, header)
         self._header = len(header)
-        self._dirty = False
+        self._size = self._header  # what the file holds (this process is its only writer)
+        self._dirty = False  # holds lines not committed yet
+        self._cut = False  # a write was cut short (a full disk): the file holds an incomplete line
 
     def append(self, rows: list[tuple], blobs: "Mapping[str, str | tuple[int, list]]") -> None:
         """Append events ``(id, run_id, parent_id, type, step, time, data)`` and the full texts they
-        point to, as one line."""
+        point to, as one line. A write cut short raises OSError (the caller commits instead); the
+        next line starts on a line of its own."""
         line = json.dumps({"rows": rows, "blobs": blobs}, ensure_ascii=False) + "\n"
-        os.write(self._fd, line.encode("utf-8", "surrogatepass"))
+        data = ("\n" + line if self._cut else line).encode("utf-8", "surrogatepass")
         self._dirty = True
+        written = os.write(self._fd, data)
+        self._size += written
+        if written < len(data):
+            self._cut = True  # until the next commit empties the file, each line starts with a newline
+            raise OSError(errno.ENOSPC, f"the intent journal {self.path} took {written} of {len(data)} bytes")
 
     def clear(self) -> None:
-        """Empty the journal: what it held is committed."""
+        """What the journal holds is committed: it is emptied once it has grown past
+        :attr:`ROTATE_AT` bytes (or holds a line cut short), else left as it is."""
         if self._dirty:
-            os.ftruncate(self._fd, self._header)
             self._dirty = False
+            if self._size > self.ROTATE_AT or self._cut:
+                os.ftruncate(self._fd, self._header)
+                self._size, self._cut = self._header, False
 
     def close(self) -> None:
         """Close the file, and remove it when what it held was committed (otherwise the next open
@@ -503,6 +545,10 @@ class Database:
         self._lock = threading.RLock()
         self._closed = False
         self._journals: list[IntentJournal] = []
+        # the newest change of each kind (see last_change), valid while PRAGMA data_version reads
+        # ``_changes_version``: another connection's commit moves it, this one's writes forget the kind
+        self._change_seqs: dict[str, int] = {}
+        self._changes_version = -1
         try:
             self._conn = sqlite3.connect(self.path, timeout=60.0, isolation_level=None, check_same_thread=False)
             self._conn.execute("PRAGMA journal_mode=WAL")
@@ -540,8 +586,14 @@ class Database:
     def _read(self, sql: str, args: tuple = ()) -> list[tuple]:
         if self._closed:
             return self._read_closed(sql, args)
-        with self._lock, self._naming_damage():
-            return self._conn.execute(sql, args).fetchall()
+        with self._lock:
+            try:  # not _naming_damage(): a context manager costs as much as the read of a cached row
+                return self._conn.execute(sql, args).fetchall()
+            except sqlite3.DatabaseError as exc:
+                named = self._named_damage(exc)
+                if named is None:
+                    raise
+                raise named from None
 
     def _read_closed(self, sql: str, args: tuple) -> list[tuple]:
         """A read after :meth:`close`, from the file through a read-only connection of its own: what was
@@ -564,11 +616,18 @@ class Database:
         try:
             yield
         except sqlite3.DatabaseError as exc:
-            if _is_damage(exc):
-                raise _damaged(self.path, exc) from None
-            if _is_full(exc):
-                raise self._disk_full() from None
-            raise
+            named = self._named_damage(exc)
+            if named is None:
+                raise
+            raise named from None
+
+    def _named_damage(self, exc: sqlite3.DatabaseError) -> WorkspaceError | None:
+        """A damaged file or a full disk as the :class:`WorkspaceError` that names it; None for another error."""
+        if _is_damage(exc):
+            return _damaged(self.path, exc)
+        if _is_full(exc):
+            return self._disk_full()
+        return None
 
     def _disk_full(self) -> WorkspaceError:
         """A full disk as a WorkspaceError naming the folder and the space left; this process's runs
@@ -664,6 +723,7 @@ class Database:
         )
         cur.execute("INSERT OR REPLACE INTO heads VALUES (?,?,?)", (kind, name, version))
         cur.execute("INSERT OR IGNORE INTO entities(kind, name) VALUES (?,?)", (kind, name))
+        self._change_seqs.pop(kind, None)
         cur.execute(
             "INSERT INTO changes(kind, name, op, version, at) VALUES (?,?,?,?,?)",
             (kind, name, "register", version, now),
@@ -679,6 +739,7 @@ class Database:
             if not found:
                 raise NotFoundError(f"{kind} {name!r} has no version {version}")
             cur.execute("INSERT OR REPLACE INTO heads VALUES (?,?,?)", (kind, name, version))
+            self._change_seqs.pop(kind, None)
             cur.execute(
                 "INSERT INTO changes(kind, name, op, version, at) VALUES (?,?,?,?,?)",
                 (kind, name, "rollback", version, time.time()),
@@ -690,6 +751,7 @@ class Database:
             gone = cur.execute("DELETE FROM heads WHERE kind=? AND name=?", (kind, name)).rowcount
             if not gone:
                 raise NotFoundError(f"no {kind} named {name!r} is registered")
+            self._change_seqs.pop(kind, None)
             cur.execute(
                 "INSERT INTO changes(kind, name, op, version, at) VALUES (?,?,?,?,?)",
                 (kind, name, "unregister", None, time.time()),
@@ -759,8 +821,35 @@ class Database:
 
     # -- change log ---------------------------------------------------------------------
     def last_change(self, kind: str) -> int:
-        """The sequence number of the newest change to a kind (0 when none)."""
-        return self._read("SELECT coalesce(max(seq), 0) FROM changes WHERE kind=?", (kind,))[0][0]
+        """The sequence number of the newest change to a kind (0 when none).
+
+        Asked several times a step (is the registry's cache current? are last step's tools still the
+        ones to offer?), so it is kept per kind and read again only after a change: this connection's
+        writes to the change log (:meth:`put_version`, :meth:`set_head`, :meth:`remove_head`, the only
+        writers of ``changes``) forget their kind, and a commit by any other connection (another
+        process, another workspace object on the folder) moves ``PRAGMA data_version``, which is read
+        every time (a cheaper statement than the query) and forgets every kind. So what another
+        process or thread committed before the call is seen."""
+        if self._closed:
+            return self._read(_LAST_CHANGE, (kind,))[0][0]
+        with self._lock:
+            conn = self._conn
+            try:
+                version = conn.execute("PRAGMA data_version").fetchone()[0]
+                if version != self._changes_version:
+                    self._change_seqs.clear()
+                    self._changes_version = version
+                seq = self._change_seqs.get(kind)
+                if seq is None:
+                    seq = conn.execute(_LAST_CHANGE, (kind,)).fetchone()[0]
+                    if not conn.in_transaction:  # inside this thread's own write: not committed yet
+                        self._change_seqs[kind] = seq
+                return seq
+            except sqlite3.DatabaseError as exc:
+                named = self._named_damage(exc)
+                if named is None:
+                    raise
+                raise named from None
 
     def changes_since(self, kind: str, seq: int) -> list[Change]:
         """Changes to a kind after ``seq``, oldest first."""
@@ -806,7 +895,7 @@ class Database:
 
     @staticmethod
     def _stored_text(text: str) -> tuple[str, dict[str, str]]:
-        full = redact(str(text))
+        full = redaction.redact(str(text))
         stored, key = clip(full)
         return stored, ({key: full} if key else {})
 
@@ -818,14 +907,38 @@ class Database:
     ) -> None:
         """Append events ``(id, run_id, parent_id, type, step, time, data)``, the full texts their
         clipped fields point to and invocation counts ``uses`` (``(kind, rows)`` as for
-        :meth:`record_uses`), in one transaction."""
-        with self.transaction() as cur:
-            self._put_blobs(cur, blobs or {})
-            for kind, use_rows in uses or ():
-                _put_uses(cur, kind, use_rows)
-            cur.executemany(
-                "INSERT INTO events(id, run_id, parent_id, type, step, time, data) VALUES (?,?,?,?,?,?,?)", rows
-            )
+        :meth:`record_uses`), in one transaction.
+
+        Every step of a run commits here, so the transaction is written out rather than taken from
+        :meth:`transaction` (the same statements and the same errors, without two generator-based
+        context managers: a tenth of the call's CPU)."""
+        with self._lock:
+            cur = self._conn.cursor()
+            try:
+                cur.execute("BEGIN IMMEDIATE")
+                try:
+                    if blobs:  # most steps clip nothing: no statement
+                        self._put_blobs(cur, blobs)
+                    for kind, use_rows in uses or ():
+                        _put_uses(cur, kind, use_rows)
+                    # a step's events: one statement (cheaper than executemany); rows of another length
+                    # are refused by executemany, naming the row
+                    if 0 < len(rows) <= _EVENTS_AT_ONCE and all(len(row) == 7 for row in rows):
+                        cur.execute(_insert_events(len(rows)), [value for row in rows for value in row])
+                    elif rows:
+                        cur.executemany(_insert_events(1), rows)
+                except BaseException:
+                    try:
+                        cur.execute("ROLLBACK")
+                    except sqlite3.Error:
+                        pass  # already rolled back by SQLite (a damaged page aborts the transaction)
+                    raise
+                cur.execute("COMMIT")
+            except sqlite3.DatabaseError as exc:
+                named = self._named_damage(exc)
+                if named is None:
+                    raise
+                raise named from None
 
     def run_row(self, run_id: str) -> dict | None:
         """One run's row as a dict (an unambiguous id prefix works too)."""
