@@ -38,7 +38,7 @@ from urllib.parse import quote, quote_plus
 
 from tea_notebook.secret_detection import LABEL, encoded_forms, find_secrets, replace_spans
 
-__all__ = ["REDACTED", "is_secret_name", "redact"]
+__all__ = ["REDACTED", "Clean", "is_secret_name", "redact"]
 
 #: What replaces the value of a secret-named key, or a ``name=value`` value.
 REDACTED = "[redacted]"
@@ -282,6 +282,15 @@ def _memo_for(labels: dict[str, str]) -> _Memo:
     return memo
 
 
+class Clean(str):
+    """A text the runtime made only of texts it redacted already and of its own marks (digests, part
+    references): :func:`redact` passes it on as it is (still clipped when long), so it is not scanned a
+    second time. Made by the runtime alone (a stored context's record, an input hash), never from what a
+    model, a tool or a page returned."""
+
+    __slots__ = ()
+
+
 class _Walker:
     """One walk of :func:`redact` over a value: what it redacts against and where the memo is."""
 
@@ -300,6 +309,13 @@ class _Walker:
         self.texts = self.memo.values if keys else self.memo.structure
         self.names = self.memo.names
         self.limit, self.clip = limit, clip
+
+    def clean(self, text: Clean) -> str:
+        """A :class:`Clean` text as a plain one, clipped."""
+        out = str.__str__(text)
+        if len(out) > self.limit and self.clip is not None:
+            out = self.clip(out)
+        return out
 
     def text(self, text: str) -> str:
         """``text`` redacted (remembered) and clipped."""
@@ -353,6 +369,8 @@ class _Walker:
             return self.text(value)
         if kind in _SCALARS:
             return value
+        if kind is Clean:
+            return self.clean(value)
         if kind is dict:
             return self.mapping(value, depth)
         if kind is list:

@@ -225,3 +225,40 @@ def test_events_written_in_one_statement_keep_their_order_and_a_bad_row_writes_n
         db.append_events(bad)
     assert db.events_of(["runbad"]) == []
     db.close()
+
+
+def test_a_clean_text_is_passed_on_unscanned_but_clipped_and_the_runtime_marks_only_its_own_records(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setenv(ENV_NAME, SECRET)
+    scanned: list[str] = []
+    real_scan = redaction._scan
+    monkeypatch.setattr(redaction, "_scan", lambda text, *a, **k: scanned.append(text) or real_scan(text, *a, **k))
+    record = redaction.Clean('{"n":1,"parts":[[0,"=made of redacted parts"]]}')
+    out = redact({"context": record, "note": f"key {SECRET}"})
+    assert out["context"] == record and type(out["context"]) is str  # a plain str comes out
+    assert record not in scanned and out["note"] == f"key {LABEL}"  # the other field is still redacted
+    long_record = redaction.Clean("x" * (FIELD_LIMIT + 10))
+    clipped = redact([long_record], clip=lambda t: t[:5] + "[clipped]", limit=FIELD_LIMIT)
+    assert clipped == ["xxxxx[clipped]"]
+    # a str that is not Clean (whatever its content) is scanned
+    assert redact(f"a {SECRET}") == f"a {LABEL}"
+
+    # in a run: the stored context and the input hash are the runtime's Clean texts; a secret the model
+    # sent in its arguments, and one in the prompt (the task), are redacted in every event all the same
+    ws = tea_notebook.Workspace(tmp_path / "ws", embedder="hashing")
+
+    @ws.tools.tool
+    def echo(text: str) -> str:
+        """Say a text back."""
+        return f"echo: {text}"
+
+    model = ScriptedModel([call("echo", text=f"the {SECRET}"), call("done", success=True, text="ok")])
+    agent = ws.agent("cleaner", tools=["echo"], model=model.name)
+    result = agent.run_sync(f"Echo the word {SECRET} once")
+    assert result.status == "success"
+    requests = [e for e in result.trajectory.events if e.type == "model_request"]
+    assert requests and all(isinstance(e.data["input_hash"], str) and len(e.data["input_hash"]) == 64 for e in requests)
+    assert SECRET not in _db_text(ws.db.path) and LABEL in _db_text(ws.db.path)
+    assert SECRET not in json.dumps(ws.trajectory(result.run_id).context(1).messages)
+    ws.close()

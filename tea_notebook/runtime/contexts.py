@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from tea_notebook.errors import NotFoundError, TeaError
-from tea_notebook.redaction import redact
+from tea_notebook.redaction import Clean, redact
 from tea_notebook.runtime.html_style import CSS, esc_str
 from tea_notebook.runtime.prompts import joins_to
 from tea_notebook.store.blobs import digest, shorten
@@ -242,8 +242,8 @@ class ContextRecorder:
         stream: str = "",
         text_pieces: tuple[str, ...] | None = None,
     ) -> str:
-        """The stored form of one request, as compact JSON text (its parts are redacted already; as
-        one string, the event's own redaction scans it once instead of walking every reference);
+        """The stored form of one request, as compact JSON text (its parts are redacted already: a
+        :class:`~tea_notebook.redaction.Clean` text, which the event's redaction does not scan again);
         ``stream`` tells kinds of requests apart (a step's prompt, a memory fold's, a stage's) so
         that each is an edit of the previous one of its kind; ``text_pieces``: the pieces a message's
         text was built of, if known (it is cut into the same parts, with less work)."""
@@ -306,7 +306,8 @@ class ContextRecorder:
         self._last[stream] = (parts, shapes, toolset, settings)
         if kept:
             self._events.keep(kept)
-        return _RECORD_JSON.encode(record)
+        # made of redacted parts, digests and references only: the event does not scan it again
+        return Clean(_RECORD_JSON.encode(record))
 
 
 def _diff(before: Sequence[Sequence[Any]], after: Sequence[Sequence[Any]]) -> list[list[Any]]:

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from json.encoder import encode_basestring
 from typing import TYPE_CHECKING, Any, cast
 
-from tea_notebook.redaction import redact
+from tea_notebook.redaction import Clean, redact
 from tea_notebook.runtime.event_types import DivergedEvent, DivergenceHow
 from tea_notebook.runtime.prompts import joins_to
 from tea_notebook.store.blobs import clip_value
@@ -405,7 +405,7 @@ class DivergenceWatch:
         digest = input_hash(messages, self.names, self._pieces, pieces)
         if self.active and self.found is None:
             self._inputs.setdefault(step, (digest, chars))
-        return digest
+        return Clean(digest)  # a sha256: nothing in it for the event's redaction to scan
 
     def _same(self, original: str, replay: str) -> bool:
         # the original's texts are stored ones: the replay's live text is compared in that form
