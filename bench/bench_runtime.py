@@ -638,6 +638,36 @@ def standing(results: dict) -> str:
     )
 
 
+def per_step_reading(results: dict) -> str:
+    """Why CPU per step at 10-50 steps misses ≤ 1× smolagents: the loop alone against the guarantees."""
+    pairs = results.get("pairs") or {}
+    if not pairs:
+        return ""
+    rows, kept = [], []
+    for n, r in pairs.items():
+        ours, bare, smol = (r[k]["median"] for k in ("ours_cpu_ms", "bare_cpu_ms", "smol_cpu_ms"))
+        kept.append(ours - bare)
+        rows.append(
+            f"{n} steps: {ours:.2f} ms, of which the loop alone {bare:.2f} ms ({bare / smol:.2f}× smolagents' "
+            f"{smol:.2f} ms) and the guarantees {ours - bare:.2f} ms"
+        )
+    return (
+        "*CPU per step at 10–50 steps (missed: ≤ 1× smolagents).* With every part of the ablation switched off at "
+        "once, our loop costs about what smolagents' whole step does; the rest is what a step of ours keeps that "
+        "smolagents' does not (" + "; ".join(rows) + "). Each guarantee has a floor: the step's one SQLite "
+        "transaction (five rows, their indexes, the tools' usage counts: 7–9 WAL pages; a bare SQLite commit of "
+        'the same five rows costs about 30 µs CPU when nothing else runs, "Event writes against a bare SQLite '
+        'commit", and 2–4× that inside a run, where other work has evicted its caches); the intent journal that '
+        "makes the step durable before its tool acts (one `write`); the thread that runs a synchronous tool, so a "
+        "tool that blocks can be stopped and timed out (two bare threads handing a lock to each other cost 6 µs on "
+        "one core, 18–38 µs across the two: most of the hop is the wake-up of the other core); redaction of every "
+        "new text a step makes (about six, once each: a text seen again in the same step is answered from "
+        "a memo); the stored context (the new history block cut, hashed and kept). None of them is given up to "
+        f"meet the peer, so this target stays missed. Against the field's limit issue 32 sets for a step's "
+        f"bookkeeping (≤ 0.4 ms CPU), the guarantees cost {min(kept):.2f}–{max(kept):.2f} ms here."
+    )
+
+
 def render(results: dict) -> str:
     o, p, b = results["overhead"], results["prompts"], results["breakdown"]
     steps = results["steps"]
@@ -722,6 +752,8 @@ def render(results: dict) -> str:
     slope = (po["curve"][hi_step] - po["curve"][lo_step]) / (hi_step - lo_step)
     prompt_ratio = po["curve"][hi_step] / ps["curve"][hi_step]
     explanation = f"""**Reading the figures, and where a target is missed.**
+
+{per_step_reading(results)}
 
 *Overhead ({"met" if max(ratios) <= OVERHEAD_TARGET else "missed"}).* Our per-step overhead is {min(ratios):.1f}–{max(ratios):.1f}× smolagents', not
 ≤ {OVERHEAD_TARGET:g}×. It does not grow with the run's length ({" / ".join(f"{v:.2f}" for v in flat)} ms at {" / ".join(map(str, steps))} steps, way a)
