@@ -4,10 +4,12 @@ docs/benchmarks.md."""
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import shlex
 import statistics
+import subprocess
 import sys
 from pathlib import Path
 
@@ -85,3 +87,14 @@ def parse_args(parser: argparse.ArgumentParser, **quick: object) -> argparse.Nam
         for name, value in quick.items():
             setattr(args, name, value)
     return args
+
+
+def run_child(script: str, *args: str) -> dict:
+    """Run ``script --child ARGS`` in a fresh interpreter (a measurement that needs a process of its
+    own) and return the JSON its last line of output prints; a failed child raises with its output."""
+    done = subprocess.run(
+        [sys.executable, script, "--child", *args], capture_output=True, text=True, cwd=ROOT, timeout=1800
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"child {args} failed:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])

@@ -24,7 +24,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -34,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from _common import command_line, machine, parse_args, publish  # noqa: E402
+from _common import command_line, machine, parse_args, publish, run_child  # noqa: E402
 
 ADD_TARGET_MB = 200
 GROWTH_TARGET_MB = 50
@@ -180,12 +179,8 @@ def child_floor() -> dict:
 
 
 def spawn(*args: str) -> dict:
-    done = subprocess.run(
-        [sys.executable, __file__, "--child", *args], capture_output=True, text=True, cwd=ROOT, timeout=1800
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"child {args} failed:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    """This script's ``--child ARGS`` in a fresh interpreter: what it prints."""
+    return run_child(__file__, *args)
 
 
 def spread(values: list[float], fmt: str = "{:.0f}") -> str:

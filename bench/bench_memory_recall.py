@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from _common import command_line, machine, parse_args, publish  # noqa: E402
+from _common import command_line, machine, parse_args, publish, run_child  # noqa: E402
 
 RATIO_TARGET = 1.5
 LOOKUP_SOURCE = 'def lookup(key: str) -> str:\n    """Look a key up."""\n    return f"value of {key}: " + "the value is recorded; " * 8\n'
@@ -185,12 +185,8 @@ def query_parts(embedder, queries: int) -> dict:  # noqa: ANN001 - a loaded Mini
 
 
 def spawn(*args: str) -> dict:
-    done = subprocess.run(
-        [sys.executable, __file__, "--child", *args], capture_output=True, text=True, cwd=ROOT, timeout=1800
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"child {args} failed:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    """This script's ``--child ARGS`` in a fresh interpreter: what it prints."""
+    return run_child(__file__, *args)
 
 
 def loadavg() -> float:

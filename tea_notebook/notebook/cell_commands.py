@@ -90,7 +90,7 @@ def start_in_notebook(
     cells go below it); ``build_task`` (run in the background, where the page can answer) makes the
     task when it needs the page's cells (then the run starts after this cell: ``wait_started=False``).
     Returns the run's handle."""
-    from tea_notebook.notebook.live import LiveView, cell_id, stop_widget
+    from tea_notebook.notebook.live import LiveView, cell_id, follow_in_view
 
     cells = notebook_of(magics)
     origin = cell_id()
@@ -108,14 +108,7 @@ def start_in_notebook(
         agent.name, task, start, on_event=view, model_options={"api_base": api_base} if api_base else None
     )
     if view is not None:
-        stop = stop_widget(handle)
-
-        def ended(h: Any) -> None:
-            if stop is not None:
-                stop.close()
-            view.close(final=view.final(h))
-
-        handle.add_done_callback(ended)
+        follow_in_view(handle, view)
     if wait_started:
         handle.wait_started()  # milliseconds: so the cell's value names the run
     return handle

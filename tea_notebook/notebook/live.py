@@ -658,6 +658,19 @@ def stop_widget(handle: Any) -> Any:
     return button
 
 
+def follow_in_view(handle: Any, view: Any) -> None:
+    """Show a background run in its live ``view`` with a Stop button (:func:`stop_widget`); both close
+    when the run ends, the view on the run's final display."""
+    stop = stop_widget(handle)
+
+    def ended(h: Any) -> None:
+        if stop is not None:
+            stop.close()
+        view.close(final=view.final(h))
+
+    handle.add_done_callback(ended)
+
+
 class JobsView:
     """``%tea jobs``: the background runs of the workspace, each running one with a Stop button (a
     widget in a kernel; a table elsewhere)."""

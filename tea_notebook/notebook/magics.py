@@ -821,7 +821,7 @@ class TeaMagics(Magics):
     ) -> Any:
         """Start a background run: its live view (with a Stop button that stops just this run) keeps
         updating after the cell has ended, and becomes the run's trajectory when it ends."""
-        from tea_notebook.notebook.live import LiveView, stop_widget
+        from tea_notebook.notebook.live import LiveView, follow_in_view
 
         view = None if quiet or not self.live else LiveView(self.update_interval, background=True)
         handle = agent.start(
@@ -833,14 +833,7 @@ class TeaMagics(Magics):
             model_options={"api_base": api_base} if api_base else None,
         )
         if view is not None:
-            stop = stop_widget(handle)
-
-            def ended(h: Any) -> None:
-                if stop is not None:
-                    stop.close()
-                view.close(final=view.final(h))
-
-            handle.add_done_callback(ended)
+            follow_in_view(handle, view)
         handle.wait_started()  # milliseconds: so the cell's value names the run
         return handle
 

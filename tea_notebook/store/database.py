@@ -25,7 +25,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, NoReturn
 
 from tea_notebook._lazy import LazyModule
 from tea_notebook.errors import NotFoundError, WorkspaceError
@@ -590,10 +590,7 @@ class Database:
             try:  # not _naming_damage(): a context manager costs as much as the read of a cached row
                 return self._conn.execute(sql, args).fetchall()
             except sqlite3.DatabaseError as exc:
-                named = self._named_damage(exc)
-                if named is None:
-                    raise
-                raise named from None
+                self._raise_named(exc)
 
     def _read_closed(self, sql: str, args: tuple) -> list[tuple]:
         """A read after :meth:`close`, from the file through a read-only connection of its own: what was
@@ -616,18 +613,15 @@ class Database:
         try:
             yield
         except sqlite3.DatabaseError as exc:
-            named = self._named_damage(exc)
-            if named is None:
-                raise
-            raise named from None
+            self._raise_named(exc)
 
-    def _named_damage(self, exc: sqlite3.DatabaseError) -> WorkspaceError | None:
-        """A damaged file or a full disk as the :class:`WorkspaceError` that names it; None for another error."""
+    def _raise_named(self, exc: sqlite3.DatabaseError) -> NoReturn:
+        """Raise ``exc`` as the :class:`WorkspaceError` naming a damaged file or a full disk, or as it is."""
         if _is_damage(exc):
-            return _damaged(self.path, exc)
+            raise _damaged(self.path, exc) from None
         if _is_full(exc):
-            return self._disk_full()
-        return None
+            raise self._disk_full() from None
+        raise exc
 
     def _disk_full(self) -> WorkspaceError:
         """A full disk as a WorkspaceError naming the folder and the space left; this process's runs
@@ -846,10 +840,7 @@ class Database:
                         self._change_seqs[kind] = seq
                 return seq
             except sqlite3.DatabaseError as exc:
-                named = self._named_damage(exc)
-                if named is None:
-                    raise
-                raise named from None
+                self._raise_named(exc)
 
     def changes_since(self, kind: str, seq: int) -> list[Change]:
         """Changes to a kind after ``seq``, oldest first."""
@@ -935,10 +926,7 @@ class Database:
                     raise
                 cur.execute("COMMIT")
             except sqlite3.DatabaseError as exc:
-                named = self._named_damage(exc)
-                if named is None:
-                    raise
-                raise named from None
+                self._raise_named(exc)
 
     def run_row(self, run_id: str) -> dict | None:
         """One run's row as a dict (an unambiguous id prefix works too)."""
